@@ -1,0 +1,189 @@
+"""Messages: the frozen values a memory holds, and their dict form."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Optional
+
+from . import _validate as v
+from .errors import StateTypeError
+
+__all__ = ["ASSISTANT", "SYSTEM", "TOOL", "USER", "Message", "ToolCall"]
+
+USER = "user"
+ASSISTANT = "assistant"
+SYSTEM = "system"
+TOOL = "tool"
+
+
+class _FrozenDict(dict):  # type: ignore[type-arg]
+    """A dict that refuses changes: keeps a frozen message frozen, yet pickles and JSON-encodes."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("Message.metadata is read-only; build a new Message instead")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_FrozenDict, (dict(self),))
+
+
+_NO_METADATA = _FrozenDict()
+
+
+def _type_error(name: str, expected: str, value: object) -> TypeError:
+    return TypeError(f"{name}: expected {expected}, got {v.type_name(value)}")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call requested by a message; a later message answers it with ``tool_call_id``."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("id", "name", "arguments"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise _type_error(f"ToolCall.{name}", "str", value)
+
+    def to_dict(self) -> dict[str, str]:
+        """``{"id": ..., "name": ..., "arguments": ...}``: always all three keys."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        """Read :meth:`to_dict` output; ``arguments`` may be missing. Errors name the bad field."""
+        return _tool_call_from_dict(data, "")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One conversation turn. Any role string is accepted.
+
+    ``metadata`` takes part in equality but not in the hash, so messages stay hashable.
+    A pinned message is never evicted, summarized or dropped by a memory.
+    """
+
+    role: str
+    content: str
+    id: Optional[str] = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: Optional[str] = None
+    metadata: Mapping[str, Any] = field(default_factory=lambda: _NO_METADATA, hash=False)
+    pinned: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str):
+            raise _type_error("role", "str", self.role)
+        if not isinstance(self.content, str):
+            raise _type_error("content", "str", self.content)
+        if self.id is not None and not isinstance(self.id, str):
+            raise _type_error("id", "str or None", self.id)
+        if self.tool_call_id is not None and not isinstance(self.tool_call_id, str):
+            raise _type_error("tool_call_id", "str or None", self.tool_call_id)
+        if not isinstance(self.pinned, bool):
+            raise _type_error("pinned", "bool", self.pinned)
+        calls = self.tool_calls
+        if type(calls) is not tuple or calls:
+            object.__setattr__(self, "tool_calls", _tool_calls(calls))
+        meta = self.metadata
+        if meta is not _NO_METADATA:
+            object.__setattr__(self, "metadata", _metadata(meta))
+
+    def __str__(self) -> str:
+        text = f"{self.role}: {self.content}"
+        if self.tool_calls:
+            calls = ", ".join(f"{call.name}({call.arguments})" for call in self.tool_calls)
+            text += f" [tool calls: {calls}]"
+        return text
+
+    def token_text(self) -> str:
+        """The text a token counter measures: content, each call as ``name(arguments)``, the call id."""
+        if not self.tool_calls and self.tool_call_id is None:
+            return self.content
+        parts = [self.content] if self.content else []
+        parts.extend(f"{call.name}({call.arguments})" for call in self.tool_calls)
+        if self.tool_call_id is not None:
+            parts.append(self.tool_call_id)
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``role`` and ``content``, plus every other field that differs from its default."""
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.id is not None:
+            data["id"] = self.id
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.metadata:
+            data["metadata"] = dict(self.metadata)
+        if self.pinned:
+            data["pinned"] = True
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Read :meth:`to_dict` output: absent optional keys take their defaults, unknown keys are
+        ignored, and a bad field raises :class:`~rollmem.errors.InvalidStateError` naming it."""
+        return message_from_dict(data, "")
+
+
+def _tool_calls(calls: object) -> tuple[ToolCall, ...]:
+    if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Iterable):
+        raise _type_error("tool_calls", "a sequence of ToolCall", calls)
+    result = tuple(calls)
+    for index, call in enumerate(result):
+        if not isinstance(call, ToolCall):
+            raise _type_error(f"tool_calls[{index}]", "ToolCall", call)
+    return result
+
+
+def _metadata(meta: object) -> Mapping[str, Any]:
+    if not isinstance(meta, Mapping):
+        raise _type_error("metadata", "a mapping", meta)
+    if not meta:
+        return _NO_METADATA
+    for key in meta:
+        if not isinstance(key, str):
+            raise _type_error("metadata key", "str", key)
+    return _FrozenDict(meta)
+
+
+def _tool_call_from_dict(data: object, path: str) -> ToolCall:
+    data = v.expect_mapping(data, path)
+    return ToolCall(
+        v.get_str(data, "id", path),
+        v.get_str(data, "name", path),
+        v.get_str(data, "arguments", path, ""),
+    )
+
+
+def message_from_dict(data: object, path: str) -> Message:
+    """:meth:`Message.from_dict` for a message found at ``path`` inside larger state."""
+    data = v.expect_mapping(data, path)
+    calls_path = v.join(path, "tool_calls")
+    calls = tuple(
+        _tool_call_from_dict(item, v.join(calls_path, index))
+        for index, item in enumerate(v.get_list(data, "tool_calls", path, ()))
+    )
+    meta = v.get_mapping(data, "metadata", path, _NO_METADATA)
+    for key in meta:
+        if not isinstance(key, str):
+            raise StateTypeError(v.join(path, "metadata"), f"expected str keys, got {v.type_name(key)}")
+    return Message(
+        role=v.get_str(data, "role", path),
+        content=v.get_str(data, "content", path),
+        id=v.get_optional_str(data, "id", path),
+        tool_calls=calls,
+        tool_call_id=v.get_optional_str(data, "tool_call_id", path),
+        metadata=meta,
+        pinned=v.get_bool(data, "pinned", path, False),
+    )
