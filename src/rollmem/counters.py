@@ -3,7 +3,7 @@
 A counter maps one message's text to a number of tokens. The memory calls it once per message,
 from whatever thread or task adds the message, so every counter here is pure and thread-safe.
 
-- :func:`words`: whitespace-separated words, the memory's default rule;
+- :func:`words`: whitespace-separated words, the memory's default rule (the very same function);
 - :func:`chars`: the common "characters / 4" estimate, rounded up;
 - :func:`tiktoken_counter`: exact counts with OpenAI's ``tiktoken`` (``pip install "rollmem[tiktoken]"``).
 """
@@ -11,26 +11,15 @@ from whatever thread or task adds the message, so every counter here is pure and
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Optional
 
 from .errors import MissingExtraError
-
-if TYPE_CHECKING:
-    TokenCounter = Callable[[str], int]
+from .memory import TokenCounter, words
 
 __all__ = ["DEFAULT_ENCODING", "chars", "tiktoken_counter", "words"]
 
 DEFAULT_ENCODING = "o200k_base"
 """The tiktoken encoding used when neither ``encoding`` nor ``model`` is given (GPT-4o and later)."""
-
-
-def words(text: str) -> int:
-    """The number of whitespace-separated words in ``text``: ``len(text.split())``.
-
-    The default ``token_counter`` of every memory: no dependency, roughly 0.75 of a real token count
-    for English prose.
-    """
-    return len(text.split())
 
 
 class _Chars:

@@ -15,15 +15,10 @@ import re
 import string
 from collections.abc import Awaitable, Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
-from .counters import words
+from .memory import AsyncSummarizeFn, SummarizeFn, TokenCounter, words
 from .message import Message
-
-if TYPE_CHECKING:
-    TokenCounter = Callable[[str], int]
-    SummarizeFn = Callable[[str, Sequence[Message]], str]
-    AsyncSummarizeFn = Callable[[str, Sequence[Message]], Awaitable[str]]
 
 __all__ = [
     "DEFAULT_TEMPLATE",
