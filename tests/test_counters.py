@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rollmem import RollingMemory, memory
 from rollmem.counters import DEFAULT_ENCODING, chars, tiktoken_counter, words
 from rollmem.errors import MissingExtraError
 
@@ -197,3 +198,19 @@ def test_preinstalled_encoding_file_works_offline_by_model(
     offline = tiktoken_counter(OFFLINE)
     for text in ["hello world", "Seoul in May, budget 3000 USD.", "<|endoftext|>", ""]:
         assert by_model(text) == offline(text) + 3
+
+
+def test_words_is_the_memory_default_rule() -> None:
+    assert words is memory.words
+    default = RollingMemory(max_tokens=100)
+    default.add_user_message("  Seoul\tin May,\nplease ")
+    assert default.stats().buffer_tokens == words("  Seoul\tin May,\nplease ") == 4
+
+
+def test_a_memory_counts_with_chars() -> None:
+    memory = RollingMemory(max_tokens=3, token_counter=chars())
+    memory.add_user_message("abcdefgh")  # 2 tokens
+    memory.add_user_message("abcd")  # 1 token: 3, at the budget
+    assert memory.stats().buffer_tokens == 3
+    memory.add_user_message("a")  # 4 > 3: the oldest is dropped (no summarizer)
+    assert [m.content for m in memory.buffer] == ["abcd", "a"]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rollmem import AsyncRollingMemory, RollingMemory
 from rollmem.counters import chars, words
 from rollmem.message import Message, ToolCall
 from rollmem.summarizers import (
@@ -457,3 +458,44 @@ def test_rendered_prompt_has_no_unfilled_placeholders() -> None:
     llm = Completions("ok")
     prompt_summarizer(llm)("", TURNS)
     assert not re.search(r"\{(summary|conversation)\}", llm.prompts[0])
+
+
+# --- with a real memory ----------------------------------------------------------------------------
+
+
+def test_a_memory_folds_through_the_fallback_when_the_llm_is_down() -> None:
+    errors: list[Exception] = []
+    llm = Completions(ConnectionError("LLM down"), "The user plans Seoul in May.")
+    summarize = with_fallback(prompt_summarizer(llm), extractive_summarizer(), on_error=errors.append)
+    memory = RollingMemory(max_tokens=12, summarize_fn=summarize)
+    memory.add_user_message("I want to visit Seoul in May. Budget 3000.")  # 9 words
+    memory.add_assistant_message("Great choice for spring.")  # 4: 13 > 12, the first message folds
+    assert memory.summary == "user: I want to visit Seoul in May."
+    assert [str(error) for error in errors] == ["LLM down"]
+    memory.add_user_message("Also Busan, maybe Jeju, for two weeks in all.")  # 9 words: the LLM is back
+    assert memory.summary == "The user plans Seoul in May."
+    assert memory.stats().failed_folds == 0
+
+
+def test_an_empty_completion_leaves_the_memory_as_it_was() -> None:
+    memory = RollingMemory(max_tokens=5, summarize_fn=prompt_summarizer(Completions("")))
+    memory.add_user_message("one two three")
+    with pytest.raises(ValueError, match="empty summary"):
+        memory.add_user_message("four five six")
+    assert memory.summary == ""
+    assert [m.content for m in memory.buffer] == ["one two three", "four five six"]
+    assert memory.stats().failed_folds == 1
+
+
+def test_async_memory_with_the_async_summarizer() -> None:
+    llm = Completions("Seoul in May, then Busan.")
+
+    async def scenario() -> AsyncRollingMemory:
+        memory = AsyncRollingMemory(max_tokens=6, summarize_fn=async_prompt_summarizer(llm.acall))
+        await memory.add_user_message("Seoul in May please.")
+        await memory.add_assistant_message("Then Busan by KTX?")
+        return memory
+
+    memory = asyncio.run(scenario())
+    assert memory.summary == "Seoul in May, then Busan."
+    assert "user: Seoul in May please." in llm.prompts[0]
