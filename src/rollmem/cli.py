@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Callable, NoReturn, Optional, TextIO
 
 from . import BufferMemory, MemoryStats, Message, RollingMemory, SummarizeFn, TokenCounter, __version__
@@ -176,7 +177,7 @@ def _section(out: TextIO, title: str, body: str) -> None:
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
     messages = sample_conversation()
     # the assistant's instructions are pinned: a pinned message is never folded away
-    messages = [Message(m.role, m.content, pinned=True) if m.role == "system" else m for m in messages]
+    messages = [replace(m, pinned=True) if m.role == "system" else m for m in messages]
     replay = _Replay(DEMO_MAX_TOKENS, DEMO_TARGET_TOKENS, words, DEMO_SUMMARY_TOKENS)
     out.write(
         f"rollmem demo: {len(messages)} messages of a trip-planning chat with tool calls, replayed into\n"
@@ -306,6 +307,9 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
 # -- the parser ----------------------------------------------------------------------------------
 
 
+_Run = Callable[[argparse.Namespace, TextIO], int]
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -322,6 +326,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _add_counter(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--counter",
+        type=_counter_spec,
+        default="words",
+        metavar="words|chars|tiktoken:ENCODING",
+        help="token counter (default: words; tiktoken needs the rollmem[tiktoken] extra)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rollmem",
@@ -330,30 +344,29 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rollmem {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    demo = commands.add_parser(
-        "demo",
-        help="replay the bundled sample conversation (offline, a few seconds)",
-        description="Replay the bundled trip-planning conversation through RollingMemory with the "
-        "extractive summarizer: a line per fold, then the final context and stats.",
-    )
-    demo.set_defaults(run=_demo)
+    def command(name: str, run: _Run, summary: str, description: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=summary, description=description)
+        parser.set_defaults(run=run)
+        return parser
 
-    replay = commands.add_parser(
+    command(
+        "demo",
+        _demo,
+        "replay the bundled sample conversation (offline, a few seconds)",
+        "Replay the bundled trip-planning conversation through RollingMemory with the extractive "
+        "summarizer: a line per fold, then the final context and stats.",
+    )
+    replay = command(
         "replay",
-        help="replay a JSON Lines transcript and report what the memory did",
-        description="Replay JSON Lines of OpenAI-style messages (one per line) through RollingMemory, "
-        "one add at a time, then print the final context and a stats table.",
+        _replay,
+        "replay a JSON Lines transcript and report what the memory did",
+        "Replay JSON Lines of OpenAI-style messages (one per line) through RollingMemory, one add at a "
+        "time, then print the final context and a stats table.",
     )
     replay.add_argument("file", metavar="FILE", help="JSON Lines of OpenAI-style messages, or - for stdin")
     replay.add_argument("--max-tokens", type=_positive, default=2000, metavar="N", help="default: 2000")
     replay.add_argument("--target-tokens", type=_positive, metavar="N", help="default: the max tokens")
-    replay.add_argument(
-        "--counter",
-        type=_counter_spec,
-        default="words",
-        metavar="words|chars|tiktoken:ENCODING",
-        help="token counter (default: words; tiktoken needs the rollmem[tiktoken] extra)",
-    )
+    _add_counter(replay)
     replay.add_argument(
         "--summarizer",
         choices=("none", "extractive"),
@@ -362,24 +375,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--save", metavar="STATE.json", help="write the final state as JSON")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
-    replay.set_defaults(run=_replay)
-
-    inspect = commands.add_parser(
+    inspect = command(
         "inspect",
-        help="validate a saved state and show its summary, buffer and token counts",
-        description="Validate a state saved with to_dict() (or replay --save) and print its summary, "
-        "buffer and token counts. A malformed file exits with status 2 and the reason.",
+        _inspect,
+        "validate a saved state and show its summary, buffer and token counts",
+        "Validate a state saved with to_dict() (or replay --save) and print its summary, buffer and "
+        "token counts. A malformed file exits with status 2 and the reason.",
     )
     inspect.add_argument("state", metavar="STATE.json")
-    inspect.add_argument(
-        "--counter",
-        type=_counter_spec,
-        default="words",
-        metavar="words|chars|tiktoken:ENCODING",
-        help="token counter for the counts (default: words)",
-    )
+    _add_counter(inspect)
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
-    inspect.set_defaults(run=_inspect)
     return parser
 
 
