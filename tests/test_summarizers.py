@@ -411,8 +411,16 @@ def test_default_report_is_a_warning_on_the_rollmem_logger(
     (record,) = caplog.records
     assert record.name == "rollmem"
     assert record.levelno == logging.WARNING
-    assert "summarizer failed, using the fallback: TimeoutError('slow LLM')" in record.getMessage()
-    assert record.exc_info is not None
+    assert record.getMessage() == "summarizer failed, using the fallback: TimeoutError('slow LLM')"
+    assert record.exc_info is None
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="rollmem"):
+        run(Recorder(TimeoutError("slow LLM")), Recorder())
+    warning, debug = caplog.records
+    assert warning.levelno == logging.WARNING
+    assert debug.levelno == logging.DEBUG
+    assert debug.exc_info is not None
+    assert isinstance(debug.exc_info[1], TimeoutError)
 
 
 @runners

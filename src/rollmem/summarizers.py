@@ -332,7 +332,8 @@ def _reporter(on_error: Optional[Callable[[Exception], object]]) -> Callable[[Ex
     if on_error is None:
 
         def log(error: Exception) -> None:
-            logger.warning("summarizer failed, using the fallback: %r", error, exc_info=error)
+            logger.warning("summarizer failed, using the fallback: %r", error)
+            logger.debug("the summarizer's error", exc_info=error)
 
         return log
     if not callable(on_error):
@@ -357,7 +358,8 @@ def with_fallback(
     """A ``summarize_fn`` that calls ``primary``, and when it raises an ``Exception`` (or returns a
     non-``str``), reports the error to ``on_error(error)`` and returns ``fallback(summary, messages)``.
 
-    ``on_error`` defaults to a warning on the ``"rollmem"`` logger. Errors raised by ``fallback`` or
+    ``on_error`` defaults to a one-line warning on the ``"rollmem"`` logger (the traceback goes
+    to its debug level). Errors raised by ``fallback`` or
     ``on_error`` propagate (the memory then keeps its state). For coroutine functions use
     :func:`async_with_fallback`.
     """
