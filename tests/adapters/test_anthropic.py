@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 import pytest
+from adapter_strategies import NONEMPTY, TEXT, compact_objects
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -388,18 +389,8 @@ def test_from_anthropic_errors_name_the_field(
 
 
 # Round trips. Arguments are compact JSON objects (what from_anthropic writes).
-_alphabet = 'ab Z09_\n\t"\\{}[]:,é中😀'  # fixed: no Unicode tables to build (too_slow health check)
-_text = st.text(alphabet=_alphabet, max_size=10)
-_nonempty = st.text(alphabet=_alphabet, min_size=1, max_size=10)
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
-    max_leaves=6,
-)
-_arguments = st.dictionaries(_text, _json, max_size=3).map(
-    lambda obj: json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-)
-_calls = st.lists(st.builds(ToolCall, _nonempty, _nonempty, _arguments), max_size=3).map(tuple)
+_text, _nonempty = TEXT, NONEMPTY
+_calls = st.lists(st.builds(ToolCall, _nonempty, _nonempty, compact_objects()), max_size=3).map(tuple)
 
 
 @st.composite

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import pickle
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from adapter_strategies import TEXT, compact_objects
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -239,16 +239,8 @@ def test_to_langchain_errors_name_the_message(
 
 
 # Round trips over the shapes LangChain carries (see the module docstring).
-_alphabet = 'ab Z09_\n\t"\\{}[]:,é中😀'  # fixed: no Unicode tables to build (too_slow health check)
-_text = st.text(alphabet=_alphabet, max_size=10)
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
-    max_leaves=6,
-)
-_objects = st.dictionaries(_text, _json, min_size=1, max_size=3).map(
-    lambda obj: json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-)
+_text = TEXT
+_objects = compact_objects(min_size=1)
 _not_objects = st.sampled_from(["{bad", "[1]", "null", '"s"', "1", "{'a': 1}"])
 _names = st.one_of(st.just({}), st.builds(lambda name: {"name": name}, _text))
 

@@ -4,6 +4,7 @@ import json
 from typing import Any
 
 import pytest
+from adapter_strategies import TEXT
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -258,9 +259,7 @@ def test_to_openai_errors_name_the_message(messages: Any, error: type[Exception]
 
 # Every message shape the OpenAI format carries: any role and content, tool calls on assistant
 # messages (any arguments string), tool_call_id (or none) on tool messages, a participant name.
-# A fixed alphabet (JSON-sensitive and non-ASCII characters included) spares Hypothesis building its
-# Unicode tables, which on a fresh checkout trips the too_slow health check.
-_text = st.text(alphabet='ab Z09_\n\t"\\{}[]:,é中😀\x00', max_size=12)
+_text = TEXT
 _names = st.one_of(st.just({}), st.builds(lambda name: {"name": name}, _text))
 _calls = st.lists(st.builds(ToolCall, _text, _text, _text), max_size=3).map(tuple)
 
