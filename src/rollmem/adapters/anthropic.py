@@ -55,6 +55,7 @@ CONTINUATION = "(conversation continues)"
 
 _FORMAT = "Anthropic"
 _Block = dict[str, Any]
+_TURN_NAMES = {USER: "a user turn", ASSISTANT: "an assistant turn"}
 
 
 def to_anthropic(
@@ -184,7 +185,7 @@ def _read_turn(turn: Mapping[str, Any], path: str, out: list[Message]) -> None:
             out.append(_tool_result(block, block_path))
         else:
             raise InvalidStateError(
-                v.join(block_path, "type"), f"unsupported block type {kind!r} in a {role} turn"
+                v.join(block_path, "type"), f"unsupported block type {kind!r} in {_TURN_NAMES[role]}"
             )
     _flush(pending, out)
 
