@@ -6,25 +6,31 @@ table and the targets of issue 6 as PASS/FAIL, and writes ``tests/benchmarks/res
 Method (every peer gets the same workload, counter and fake summarizer; see ``peers.py``):
 
 - *time per add at 50/500/5,000 buffered messages*: a fresh memory with a budget no add can reach
-  (10**9 tokens, so nothing is evicted) is prefilled with that many messages without timing; then the
-  same fixed probe messages are added one at a time, each add timed alone with ``perf_counter_ns``,
-  after 2 untimed warm-up adds, with the garbage collector off; repeated on fresh memories until
-  enough samples or a time cap; the median is reported. Probes grow the buffer by at most 10%.
-  Counter: the real BPE tokenizer.
-- *time per add at a 2,000-token budget* (steady state, evicting and summarizing): a fresh memory is
-  fed 300 turns untimed (the buffer is full and a summary exists), then blocks of 20 adds are timed;
-  the median over blocks of the mean time per add is reported (a block spreads the periodic fold
-  cost over the adds that cause it). Once with the BPE counter, once with the slow counter.
+  (10**9 tokens, so nothing is evicted) is prefilled with that many messages, untimed; after 2 untimed
+  warm-up adds, a window of a fixed pool of 40 probe messages is added, each add timed alone with
+  ``perf_counter_ns`` and the garbage collector off. Every size adds every probe equally often, the
+  rounds of the three sizes are interleaved, and the buffer grows by at most 12% in a round. Median
+  over 240 adds per size (fewer for peers that hit the time cap). Counter: the real BPE tokenizer.
+- *time per add at a 2,000-token budget* (steady state, evicting and summarizing): each peer is fed
+  300 turns untimed (the buffer is full and a summary exists); then blocks of 20 adds are timed, the
+  peers taking turns block by block on the same messages. Reported: the median over blocks of the mean
+  time per add (a block spreads the periodic fold over the adds that cause it). Once with the BPE
+  counter, once with the slow counter.
 - *counter calls, characters tokenized, summarizer calls and tokens, within budget*: one untimed run
   of 3,000 turns at a 2,000-token budget with the BPE counter wrapped to count calls and characters,
   the fake summarizer measuring each prompt with the same tokenizer, and the buffer measured after
-  every add (by the peer's own rule: rollmem and naive ``Message.token_text()``, LangChain
-  ``get_buffer_string`` per message, LlamaIndex the content of each non-summary message).
+  every add by the peer's own rule (rollmem and naive: ``Message.token_text()``; LangChain:
+  ``get_buffer_string`` per message; LlamaIndex: the content of each message but its summary).
 - *peak memory*: ``tracemalloc`` peak, from building the memory to the last add, for N turns at a
   2,000-token budget with the words counter (each message converted inside the traced loop, after an
-  untraced warm-up run that fills one-time caches). rollmem runs 20,000 turns (and 5,000, to show the
-  peak does not grow with turns); the other peers run 2,000 turns (and 500): under tracemalloc they
-  take 1.5 to 6 ms per add, which would not fit the 5-minute budget at 20,000 turns.
+  untraced warm-up run that fills one-time caches). rollmem runs 20,000 turns, and 5,000 to show the
+  peak does not grow with the turns; the other peers run 2,000 (and 500): under tracemalloc they take
+  1.5 to 6 ms per add, too slow for the 5-minute budget at 20,000 turns.
+
+The libraries' objects are moved out of the collector's reach (``gc.freeze``) once loaded, so the
+``gc.collect()`` before each timed section is cheap. ``--quick`` takes fewer samples, turns and
+warm-ups (see ``QUICK``). The load average is recorded; a busy machine makes every timing noisy, and
+only the ratios measured side by side in one run are targets.
 
 Exit status: 0 when every target passes; 2 when the harness itself fails (an exception, a missing
 package); with ``--quick`` (CI) a timing or memory FAIL is reported but exits 0, a call-count FAIL
