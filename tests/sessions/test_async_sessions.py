@@ -93,6 +93,26 @@ def test_background_folds_are_saved(backend: Backend) -> None:
     asyncio.run(main())
 
 
+def test_background_folds_of_a_replay_are_saved(backend: Backend) -> None:
+    async def main() -> None:
+        def factory() -> AsyncRollingMemory:
+            return AsyncRollingMemory(2, afold_ids, background=True)
+
+        first, second = AsyncSessions(backend.store(), factory), AsyncSessions(backend.store(), factory)
+        async with first.open("s") as memory:
+            await memory.extend([Message("user", "a"), Message("user", "b")])
+        async with first.open("s") as memory:
+            await memory.add_user_message("c")
+            async with second.open("s") as other:
+                await other.add_user_message("d")  # saves summary "a", buffer [b, d]
+        # replayed: add c to [b, d], fold b in the background, wait for it, save
+        stored = await second.get("s")
+        assert stored is not None
+        assert (stored.summary, contents(stored)) == ("a b", ["d", "c"])
+
+    asyncio.run(main())
+
+
 def test_failed_background_fold_saves_nothing() -> None:
     async def fail(summary: str, messages: Sequence[Message]) -> str:
         raise RuntimeError("summarizer down")

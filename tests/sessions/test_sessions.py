@@ -362,6 +362,10 @@ def test_live_memory_changed_after_its_block_is_not_reused(backend: Backend) -> 
     memory.buffer.append(Message("user", "in place"))
     with sessions.open("s") as again:
         assert contents(again) == ["saved"]
+    again.summary = "changed outside"
+    with sessions.open("s") as third:
+        assert third is not again
+        assert (third.summary, contents(third)) == ("", ["saved"])
 
 
 def test_live_memories_are_bounded(backend: Backend) -> None:
