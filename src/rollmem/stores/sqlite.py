@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import sqlite3
 import threading
@@ -21,6 +20,7 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 SCHEMA_VERSION = 1
 """The layout version this module writes to the ``rollmem_meta`` table, and the only one it reads."""
 
+_MAX_TIMEOUT = 2_000_000.0  # SQLite's busy timeout is a 32-bit count of milliseconds
 _MAX_IDLE = 16  # idle connections kept per store and process; more threads open and close their own
 
 
@@ -85,8 +85,8 @@ class SQLiteStore:
             raise TypeError(f"path must be a str or an os.PathLike of str, got {type(path).__name__}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
-        if not 0 <= timeout < math.inf:
-            raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        if not 0 <= timeout <= _MAX_TIMEOUT:
+            raise ValueError(f"timeout must be between 0 and {_MAX_TIMEOUT:.0f} seconds, got {timeout!r}")
         self.path = path
         """The database path given to the constructor."""
         self.timeout = float(timeout)
