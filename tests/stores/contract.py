@@ -67,43 +67,42 @@ def pause(seconds: float) -> Pause:
     return Pause(seconds)
 
 
-def drive(store: Any, scenario: Scenario) -> None:
-    """Run ``scenario`` with the store's blocking methods."""
-    result: Any = None
-    error: Optional[Exception] = None
-    while True:
-        try:
-            step = scenario.send(result) if error is None else scenario.throw(error)
-        except StopIteration:
-            return
+def _next_step(steps: Scenario, result: Any, error: Optional[Exception]) -> Optional[Step]:
+    try:
+        return steps.send(result) if error is None else steps.throw(error)
+    except StopIteration:
+        return None
+
+
+def drive(store: Any, steps: Scenario) -> None:
+    """Run a scenario with the store's blocking methods."""
+    step = _next_step(steps, None, None)
+    while step is not None:
         result, error = None, None
         if isinstance(step, Pause):
             time.sleep(step.seconds)
-            continue
-        try:
-            result = getattr(store, step.method)(*step.args)
-        except Exception as exc:
-            error = exc
-
-
-async def adrive(store: Any, scenario: Scenario) -> None:
-    """Run ``scenario`` with the store's ``a``-methods, then ``aclose`` the store."""
-    result: Any = None
-    error: Optional[Exception] = None
-    try:
-        while True:
+        else:
             try:
-                step = scenario.send(result) if error is None else scenario.throw(error)
-            except StopIteration:
-                return
+                result = getattr(store, step.method)(*step.args)
+            except Exception as exc:
+                error = exc
+        step = _next_step(steps, result, error)
+
+
+async def adrive(store: Any, steps: Scenario) -> None:
+    """Run a scenario with the store's ``a``-methods, then ``aclose`` the store."""
+    try:
+        step = _next_step(steps, None, None)
+        while step is not None:
             result, error = None, None
             if isinstance(step, Pause):
                 await asyncio.sleep(step.seconds)
-                continue
-            try:
-                result = await getattr(store, "a" + step.method)(*step.args)
-            except Exception as exc:
-                error = exc
+            else:
+                try:
+                    result = await getattr(store, "a" + step.method)(*step.args)
+                except Exception as exc:
+                    error = exc
+            step = _next_step(steps, result, error)
     finally:
         await store.aclose()
 

@@ -26,7 +26,7 @@ from .contract import (
 )
 
 
-class TestSQLiteFileStore(StoreContract):
+class _FileStore:
     @pytest.fixture(autouse=True)
     def _directory(self, tmp_path: Path) -> None:
         self.directory = tmp_path
@@ -35,13 +35,12 @@ class TestSQLiteFileStore(StoreContract):
         return SQLiteStore(self.directory / "sessions.db")
 
 
-class TestSQLiteFileStoreAsync(AsyncStoreContract):
-    @pytest.fixture(autouse=True)
-    def _directory(self, tmp_path: Path) -> None:
-        self.directory = tmp_path
+class TestSQLiteFileStore(_FileStore, StoreContract):
+    pass
 
-    def make_store(self) -> SQLiteStore:
-        return SQLiteStore(self.directory / "sessions.db")
+
+class TestSQLiteFileStoreAsync(_FileStore, AsyncStoreContract):
+    pass
 
 
 class TestSQLiteInMemoryStore(StoreContract):
