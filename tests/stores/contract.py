@@ -132,12 +132,14 @@ ODD_TEXTS = [
 ODD_IDS = ["alice", "with space", "quote'\"", "semi;colon", "colon:a:b", "star*?[x]", "ünï🌍", "x" * 500]
 
 
+# A fixed alphabet spares Hypothesis building its Unicode tables (too_slow on a fresh checkout).
+_ALPHABET = 'ab Z09_\n\t"\\{}[]:,é中😀'
 _KEYS = st.sampled_from(["a", "a/b", "b", "ab"])
 _OPERATION = st.one_of(
     st.tuples(
         st.just("save"),
         _KEYS,
-        st.text(st.characters(min_codepoint=1, max_codepoint=0xD7FF), max_size=20),
+        st.text(alphabet=_ALPHABET, max_size=20),
         st.sampled_from([0, 0, 0, -1, 1, 2]),
     ),
     st.tuples(st.sampled_from(["delete", "load"]), _KEYS),
