@@ -67,6 +67,9 @@ def _import_redis() -> ModuleType:
     try:
         import redis
         import redis.asyncio
+        import redis.asyncio.retry
+        import redis.backoff
+        import redis.retry
     except ImportError as exc:
         raise MissingExtraError("redis", "redis", "RedisStore") from exc
     return redis
@@ -90,9 +93,10 @@ class RedisStore:
     ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` for
     the blocking methods or a ``redis.asyncio.Redis`` for the ``a``-methods. From a URL the
     store makes the clients it needs on first use (5 s connect timeout unless the URL sets
-    one) and :meth:`close` / :meth:`aclose` close them; a client you pass stays yours to
-    close. The asyncio client a store makes belongs to the event loop that first used it:
-    ``await store.aclose()`` there before using the store from another loop.
+    one, two retries of a dropped connection) and :meth:`close` / :meth:`aclose` close them;
+    a client you pass stays yours to close. The asyncio client a store makes belongs to the
+    event loop that first used it: ``await store.aclose()`` there before using the store
+    from another loop.
 
     Sessions are hashes under ``prefix`` + session id; ``ttl`` is native key expiry, so
     :meth:`purge_expired` has nothing to do. A save is one atomic server-side script that
@@ -136,8 +140,11 @@ class RedisStore:
 
     # -- clients ------------------------------------------------------------------------------
 
-    def _client_options(self) -> dict[str, Any]:
-        return {"socket_connect_timeout": _CONNECT_TIMEOUT, "socket_timeout": _SOCKET_TIMEOUT}
+    @staticmethod
+    def _client_options(driver: ModuleType, retry_class: Any) -> dict[str, Any]:
+        # Two quick retries of a dropped connection; a resent save is safe (see _SAVE_SCRIPT).
+        retry = retry_class(driver.backoff.ExponentialBackoff(cap=0.5, base=0.05), 2)
+        return {"socket_connect_timeout": _CONNECT_TIMEOUT, "socket_timeout": _SOCKET_TIMEOUT, "retry": retry}
 
     def _sync_client(self) -> tuple[redis.Redis, Script]:
         if self._sync is not None:
@@ -149,7 +156,7 @@ class RedisStore:
         driver = _import_redis()
         with self._lock:
             if self._sync is None:
-                client = driver.Redis.from_url(self._url, **self._client_options())
+                client = driver.Redis.from_url(self._url, **self._client_options(driver, driver.retry.Retry))
                 self._sync = (client, client.register_script(_SAVE_SCRIPT))
             return self._sync
 
@@ -162,7 +169,9 @@ class RedisStore:
         driver = _import_redis()
         with self._lock:
             if self._async is None:
-                client = driver.asyncio.Redis.from_url(self._url, **self._client_options())
+                client = driver.asyncio.Redis.from_url(
+                    self._url, **self._client_options(driver, driver.asyncio.retry.Retry)
+                )
                 self._async = (client, client.register_script(_SAVE_SCRIPT))
                 self._async_loop = loop
             elif self._async_loop is not loop:
