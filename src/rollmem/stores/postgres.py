@@ -206,6 +206,17 @@ class PostgresStore:
 
     # -- pools ---------------------------------------------------------------------------------
 
+    def _pool_options(self) -> dict[str, Any]:
+        """Settings of the pools the store opens itself (opened by the caller, without waiting)."""
+        return {
+            "kwargs": self._connect_options,
+            "min_size": 1,
+            "max_size": 10,
+            "timeout": self._timeout,
+            "open": False,
+            "name": f"rollmem-{self._table}",
+        }
+
     def _sync_pool(self) -> ConnectionPool[Any]:
         if self._pool is not None:
             return self._pool
@@ -218,14 +229,7 @@ class PostgresStore:
         with self._lock:
             if self._pool is None:
                 pool: ConnectionPool[Any] = ConnectionPool(
-                    self._conninfo,
-                    kwargs=self._connect_options,
-                    min_size=1,
-                    max_size=10,
-                    timeout=self._timeout,
-                    check=ConnectionPool.check_connection,
-                    open=False,
-                    name=f"rollmem-{self._table}",
+                    self._conninfo, check=ConnectionPool.check_connection, **self._pool_options()
                 )
                 pool.open(wait=False)
                 self._pool = pool
@@ -240,24 +244,27 @@ class PostgresStore:
         from psycopg_pool import AsyncConnectionPool
 
         if self._apool is None:
-            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                self._conninfo,
-                kwargs=self._connect_options,
-                min_size=1,
-                max_size=10,
-                timeout=self._timeout,
-                check=AsyncConnectionPool.check_connection,
-                open=False,
-                name=f"rollmem-{self._table}",
+            created: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self._conninfo, check=AsyncConnectionPool.check_connection, **self._pool_options()
             )
-            self._apool, self._apool_loop = pool, loop
-            await pool.open(wait=False)
-        elif self._apool_loop is not loop:
+            await created.open(wait=False)
+            with self._lock:  # publish only an open pool; a task that raced here closes its own
+                won = self._apool is None
+                if won:
+                    self._apool, self._apool_loop = created, loop
+            if not won:
+                await created.close()
+        return self._bound_pool(loop)
+
+    def _bound_pool(self, loop: asyncio.AbstractEventLoop) -> AsyncConnectionPool[Any]:
+        with self._lock:
+            pool, pool_loop = self._apool, self._apool_loop
+        if pool is None or pool_loop is not loop:
             raise RuntimeError(
-                "this PostgresStore's async pool belongs to another event loop: "
+                "this PostgresStore's async pool belongs to another event loop (or was just closed): "
                 "await store.aclose() on that loop before using the store on a new one"
             )
-        return self._apool
+        return pool
 
     @contextmanager
     def _errors(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
@@ -434,7 +441,8 @@ class PostgresStore:
         in a worker thread."""
         if self._conninfo is None:
             return
-        pool, self._apool, self._apool_loop = self._apool, None, None
+        with self._lock:
+            pool, self._apool, self._apool_loop = self._apool, None, None
         if pool is not None:
             await pool.close()
         if self._pool is not None:
