@@ -44,25 +44,6 @@ def make_store(name: str, location: str, namespace: str) -> Any:
     raise ValueError(f"no shared store {name!r}")
 
 
-def drop_namespace(name: str, location: str, namespace: str) -> None:
-    """Remove what the tests of ``namespace`` left on a server."""
-    if name == "redis":
-        import redis
-
-        client = redis.Redis.from_url(location)
-        try:
-            keys = list(client.scan_iter(match=namespace + ":*"))
-            if keys:
-                client.delete(*keys)
-        finally:
-            client.close()
-    elif name == "postgres":
-        import psycopg
-
-        with psycopg.connect(location, autocommit=True) as connection:
-            connection.execute(f'DROP TABLE IF EXISTS "{namespace}"')
-
-
 # The multi-process test: a tight budget so that most adds fold, and retries without limit
 # (a lost compare-and-set is the thing under test, not an error).
 WORKER_MAX_TOKENS = 8

@@ -7,33 +7,22 @@ starts both); without them these tests skip, or fail when ``ROLLMEM_REQUIRE_SERV
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import pytest
 
 from rollmem.stores import MemoryStore
+from stores.servers import drop_redis_keys, drop_table, postgres_dsn, redis_url, unique_name
 
-from ._support import drop_namespace, make_store
-
-StoreMaker = Callable[[], Any]
+from ._support import make_store
 
 ALL_BACKENDS = ("memory", "sqlite", "redis", "postgres")
 SHARED_BACKENDS = ("sqlite", "redis", "postgres")  # seen by several processes
 
-
-def service_url(variable: str) -> str:
-    """The server address in ``variable``; skips (or fails under ROLLMEM_REQUIRE_SERVICES=1) without it."""
-    url = os.environ.get(variable)
-    if not url:
-        message = f"{variable} is not set; run `source .ci/services` to start the test servers"
-        if os.environ.get("ROLLMEM_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return url
+_T = TypeVar("_T")
 
 
 class Backend:
@@ -41,22 +30,17 @@ class Backend:
 
     def __init__(self, name: str, tmp_path: Path) -> None:
         self.name = name
-        self.tag = uuid.uuid4().hex[:12]
+        self.namespace = unique_name("rollmem_sessions")
+        """The Redis key prefix stem or PostgreSQL table private to this test."""
         self.location = ""
         self._opened: list[Any] = []
-        self._cleanup: list[Callable[[], None]] = []
         if name == "sqlite":
             self.location = str(tmp_path / "sessions.db")
         elif name == "redis":
-            self.location = service_url("ROLLMEM_TEST_REDIS_URL")
+            self.location = redis_url()
         elif name == "postgres":
-            self.location = service_url("ROLLMEM_TEST_POSTGRES_DSN")
+            self.location = postgres_dsn()
         self._memory = MemoryStore() if name == "memory" else None
-
-    @property
-    def namespace(self) -> str:
-        """The Redis prefix or PostgreSQL table private to this test."""
-        return f"rollmem_test_{self.tag}"
 
     def store(self) -> Any:
         """A store on the shared namespace (the same one for every call: MemoryStore)."""
@@ -66,11 +50,27 @@ class Backend:
         self._opened.append(store)
         return store
 
+    def run(self, main: Callable[[], Awaitable[_T]]) -> _T:
+        """``asyncio.run(main())``, then close on that loop the stores opened meanwhile (their
+        async clients belong to it)."""
+
+        async def run_then_close() -> _T:
+            opened = len(self._opened)
+            try:
+                return await main()
+            finally:
+                for store in self._opened[opened:]:
+                    await store.aclose()
+
+        return asyncio.run(run_then_close())
+
     def close(self) -> None:
         for store in self._opened:
             store.close()
-        if self.name in ("redis", "postgres"):
-            drop_namespace(self.name, self.location, self.namespace)
+        if self.name == "redis":
+            drop_redis_keys(self.location, self.namespace + ":")
+        elif self.name == "postgres":
+            drop_table(self.location, self.namespace)
 
 
 @pytest.fixture(params=ALL_BACKENDS)

@@ -39,7 +39,7 @@ def test_round_trip_with_an_async_memory(backend: Backend) -> None:
         assert await sessions.delete("s") is True
         assert await sessions.ids() == []
 
-    asyncio.run(main())
+    backend.run(main)
 
 
 def test_concurrent_tasks_lose_and_duplicate_nothing(backend: Backend) -> None:
@@ -59,7 +59,7 @@ def test_concurrent_tasks_lose_and_duplicate_nothing(backend: Backend) -> None:
         assert sorted(seen) == sorted(f"t{t}-{i}" for t in range(10) for i in range(5))
         return sessions
 
-    sessions = asyncio.run(main())
+    sessions = backend.run(main)
     assert sessions.retries > 0
 
 
@@ -77,7 +77,7 @@ def test_interleaved_blocks_replay_on_the_with_target(backend: Backend) -> None:
         assert stored is not None
         assert stored.to_dict() == memory.to_dict()
 
-    asyncio.run(main())
+    backend.run(main)
 
 
 def test_background_folds_are_saved(backend: Backend) -> None:
@@ -90,7 +90,7 @@ def test_background_folds_are_saved(backend: Backend) -> None:
         assert stored is not None
         assert (stored.summary, contents(stored)) == ("a", ["b", "c"])
 
-    asyncio.run(main())
+    backend.run(main)
 
 
 def test_background_folds_of_a_replay_are_saved(backend: Backend) -> None:
@@ -110,7 +110,7 @@ def test_background_folds_of_a_replay_are_saved(backend: Backend) -> None:
         assert stored is not None
         assert (stored.summary, contents(stored)) == ("a b", ["d", "c"])
 
-    asyncio.run(main())
+    backend.run(main)
 
 
 def test_failed_background_fold_saves_nothing() -> None:
@@ -149,7 +149,7 @@ def test_exception_in_block_saves_nothing(backend: Backend) -> None:
         assert stored is not None
         assert contents(stored) == ["kept"]
 
-    asyncio.run(main())
+    backend.run(main)
 
 
 def test_reopening_at_the_saved_revision_recounts_nothing(backend: Backend) -> None:
@@ -164,7 +164,7 @@ def test_reopening_at_the_saved_revision_recounts_nothing(backend: Backend) -> N
             assert again is memory
             await again.add_user_message("three")
 
-    asyncio.run(main())
+    backend.run(main)
     assert counter.calls == 3
 
 
@@ -193,7 +193,7 @@ def test_bad_stored_state_names_the_session(backend: Backend) -> None:
             await memory.add_user_message("fine")
         assert await sessions.ids() == ["alice", "bob"]
 
-    asyncio.run(main())
+    backend.run(main)
 
 
 def test_sync_memories_work_too() -> None:

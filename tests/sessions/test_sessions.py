@@ -407,14 +407,12 @@ def test_ttl_expires_sessions_not_written_for_that_long(backend: Backend) -> Non
 
 
 def test_purge_expired_removes_what_expired(backend: Backend) -> None:
-    if backend.name == "redis":
-        pytest.skip("Redis expires keys by itself: purge_expired() finds nothing to remove")
     sessions = Sessions(backend.store(), BufferMemory, ttl=0.2)
     for session_id in ("a", "b"):
         with sessions.open(session_id):
             pass
     time.sleep(0.4)
-    assert sessions.purge_expired() == 2
+    assert sessions.purge_expired() == (0 if backend.name == "redis" else 2)  # Redis expired them itself
     assert sessions.ids() == []
 
 
