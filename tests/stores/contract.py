@@ -20,13 +20,17 @@ import asyncio
 import json
 import multiprocessing
 import os
+import queue
 import re
 import threading
 import time
+import uuid
 from collections.abc import Generator, Iterator
 from typing import Any, Callable, ClassVar, NamedTuple, Optional, Union
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rollmem.errors import ConflictError
 from rollmem.stores import StoredSession
@@ -63,43 +67,42 @@ def pause(seconds: float) -> Pause:
     return Pause(seconds)
 
 
-def drive(store: Any, scenario: Scenario) -> None:
-    """Run ``scenario`` with the store's blocking methods."""
-    result: Any = None
-    error: Optional[Exception] = None
-    while True:
-        try:
-            step = scenario.send(result) if error is None else scenario.throw(error)
-        except StopIteration:
-            return
+def _next_step(steps: Scenario, result: Any, error: Optional[Exception]) -> Optional[Step]:
+    try:
+        return steps.send(result) if error is None else steps.throw(error)
+    except StopIteration:
+        return None
+
+
+def drive(store: Any, steps: Scenario) -> None:
+    """Run a scenario with the store's blocking methods."""
+    step = _next_step(steps, None, None)
+    while step is not None:
         result, error = None, None
         if isinstance(step, Pause):
             time.sleep(step.seconds)
-            continue
-        try:
-            result = getattr(store, step.method)(*step.args)
-        except Exception as exc:
-            error = exc
-
-
-async def adrive(store: Any, scenario: Scenario) -> None:
-    """Run ``scenario`` with the store's ``a``-methods, then ``aclose`` the store."""
-    result: Any = None
-    error: Optional[Exception] = None
-    try:
-        while True:
+        else:
             try:
-                step = scenario.send(result) if error is None else scenario.throw(error)
-            except StopIteration:
-                return
+                result = getattr(store, step.method)(*step.args)
+            except Exception as exc:
+                error = exc
+        step = _next_step(steps, result, error)
+
+
+async def adrive(store: Any, steps: Scenario) -> None:
+    """Run a scenario with the store's ``a``-methods, then ``aclose`` the store."""
+    try:
+        step = _next_step(steps, None, None)
+        while step is not None:
             result, error = None, None
             if isinstance(step, Pause):
                 await asyncio.sleep(step.seconds)
-                continue
-            try:
-                result = await getattr(store, "a" + step.method)(*step.args)
-            except Exception as exc:
-                error = exc
+            else:
+                try:
+                    result = await getattr(store, "a" + step.method)(*step.args)
+                except Exception as exc:
+                    error = exc
+            step = _next_step(steps, result, error)
     finally:
         await store.aclose()
 
@@ -127,6 +130,21 @@ ODD_TEXTS = [
 ]
 
 ODD_IDS = ["alice", "with space", "quote'\"", "semi;colon", "colon:a:b", "star*?[x]", "ünï🌍", "x" * 500]
+
+
+# A fixed alphabet spares Hypothesis building its Unicode tables (too_slow on a fresh checkout).
+_ALPHABET = 'ab Z09_\n\t"\\{}[]:,é中😀'
+_KEYS = st.sampled_from(["a", "a/b", "b", "ab"])
+_OPERATION = st.one_of(
+    st.tuples(
+        st.just("save"),
+        _KEYS,
+        st.text(alphabet=_ALPHABET, max_size=20),
+        st.sampled_from([0, 0, 0, -1, 1, 2]),
+    ),
+    st.tuples(st.sampled_from(["delete", "load"]), _KEYS),
+    st.tuples(st.just("ids"), st.sampled_from(["", "a", "a/"])),
+)
 
 
 class _Contract:
@@ -335,6 +353,37 @@ class StoreContract(_Contract):
         assert errors == []
         assert_every_increment_won_once(store.load("race"), won, threads * saves)
 
+    @settings(
+        max_examples=20,
+        deadline=None,
+        # one store per test is right here; each subclass runs the same test on its own store
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+    )
+    @given(operations=st.lists(_OPERATION, max_size=20))
+    def test_random_operations_match_a_model(self, store: Any, operations: list[tuple[Any, ...]]) -> None:
+        """Any sequence of saves (right or wrong revision), deletes, loads and ids agrees with a dict."""
+        namespace = f"{uuid.uuid4().hex}/"
+        model: dict[str, StoredSession] = {}
+        for operation, key, *rest in operations:
+            session_id = namespace + key
+            current = model.get(session_id)
+            if operation == "save":
+                state, offset = rest
+                live = 0 if current is None else current.revision
+                expected = max(0, live + offset)
+                if expected == live:
+                    assert store.save(session_id, state, expected) == live + 1
+                    model[session_id] = StoredSession(state, live + 1)
+                else:
+                    with pytest.raises(ConflictError):
+                        store.save(session_id, state, expected)
+            elif operation == "delete":
+                assert store.delete(session_id) is (model.pop(session_id, None) is not None)
+            elif operation == "load":
+                assert store.load(session_id) == current
+            else:
+                assert store.ids(session_id) == sorted(i for i in model if i.startswith(session_id))
+
 
 class AsyncStoreContract(_Contract):
     """The contract through the ``a``-methods: each test is one ``asyncio.run`` that ends with
@@ -373,10 +422,12 @@ def _next_count(current: Optional[StoredSession]) -> tuple[str, int]:
 
 def compare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
     """Increment a counter in the session ``saves`` times with load + compare-and-set,
-    retrying on ``ConflictError``; return the revisions this caller's saves created."""
+    retrying on ``ConflictError``; return the revisions this caller's saves created. A short
+    sleep between load and save lets other writers in, so even a fast store sees conflicts."""
     won: list[int] = []
     while len(won) < saves:
         state, revision = _next_count(store.load(session_id))
+        time.sleep(0.0005)
         try:
             won.append(store.save(session_id, state, revision))
         except ConflictError:
@@ -389,11 +440,11 @@ async def acompare_and_set_loop(store: Any, session_id: str, saves: int) -> list
     won: list[int] = []
     while len(won) < saves:
         state, revision = _next_count(await store.aload(session_id))
+        await asyncio.sleep(0)
         try:
             won.append(await store.asave(session_id, state, revision))
         except ConflictError:
             continue
-        await asyncio.sleep(0)
     return won
 
 
@@ -406,10 +457,13 @@ def assert_every_increment_won_once(final: Optional[StoredSession], won: list[li
     assert sorted(r for revisions in won for r in revisions) == list(range(1, total + 1))
 
 
-def _process_worker(make_store: Callable[[], Any], session_id: str, saves: int, queue: Any) -> None:
+def _process_worker(
+    make_store: Callable[[], Any], session_id: str, saves: int, start: Any, results: Any
+) -> None:
     store = make_store()
     try:
-        queue.put(compare_and_set_loop(store, session_id, saves))
+        start.wait()
+        results.put(compare_and_set_loop(store, session_id, saves))
     finally:
         store.close()
 
@@ -417,21 +471,29 @@ def _process_worker(make_store: Callable[[], Any], session_id: str, saves: int, 
 def compare_and_set_in_processes(
     make_store: Callable[[], Any], session_id: str, processes: int, saves: int
 ) -> list[list[int]]:
-    """Run :func:`compare_and_set_loop` in ``processes`` spawned processes, each building its
-    own store with the picklable ``make_store``; return each process's revisions."""
+    """Run :func:`compare_and_set_loop` in ``processes`` spawned processes that start together,
+    each building its own store with the picklable ``make_store``; return each one's revisions."""
     context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
+    start, results = context.Barrier(processes), context.Queue()
     workers = [
-        context.Process(target=_process_worker, args=(make_store, session_id, saves, queue))
+        context.Process(target=_process_worker, args=(make_store, session_id, saves, start, results))
         for _ in range(processes)
     ]
     for worker in workers:
         worker.start()
-    results = [queue.get(timeout=120) for _ in workers]
+    won: list[list[int]] = []
+    deadline = time.monotonic() + 120
+    while len(won) < processes:
+        try:
+            won.append(results.get(timeout=0.2))
+        except queue.Empty:
+            failed = [worker.exitcode for worker in workers if worker.exitcode not in (None, 0)]
+            assert not failed, f"worker processes failed with exit codes {failed}"
+            assert time.monotonic() < deadline, "worker processes timed out"
     for worker in workers:
         worker.join(timeout=30)
         assert worker.exitcode == 0
-    return results
+    return won
 
 
 def service_url(variable: str, how_to_start: str) -> str:

@@ -17,10 +17,13 @@ methods of :class:`Store` (or :class:`AsyncStore`) works as a store.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._protocol import AsyncStore, Store, StoredSession
 from .memory import MemoryStore
+
+if TYPE_CHECKING:
+    from .sqlite import SQLiteStore
 
 __all__ = [
     "AsyncStore",
