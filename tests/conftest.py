@@ -1,0 +1,148 @@
+"""Shared test fixtures: token counters and summarizers that record what they were given.
+
+Every fixture returns a fresh object. The summarizers build a deterministic summary that
+accumulates the folded messages, so a test can prove each message was folded exactly once::
+
+    rec = RecordingSummarizer()
+    rec("", [Message("user", "a"), Message("user", "b")])  # -> "a|b"
+    rec("a|b", [Message("user", "c")])                      # -> "a|b|c"
+
+Fixtures: ``char_counter`` (``len(text)``), ``word_counter`` (``len(text.split())``),
+``recorder`` / ``make_recorder`` (sync), ``async_recorder`` / ``make_async_recorder``
+(pass ``rec.summarize`` to the async classes), ``failing_summarizer``.
+Hypothesis state machines cannot take fixtures: build them inside a test that receives
+``make_recorder`` / ``make_async_recorder`` (factories returning new recorders).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from typing import Callable
+
+import pytest
+
+from rollmem.message import Message
+
+SEPARATOR = "|"
+
+
+class SummarizerDown(RuntimeError):
+    """What the failing summarizers raise."""
+
+
+def fold_text(summary: str, messages: Sequence[Message]) -> str:
+    """The summary the recorders return: ``summary`` then each message's content, ``|``-separated."""
+    parts = [summary] if summary else []
+    parts.extend(m.content for m in messages)
+    return SEPARATOR.join(parts)
+
+
+class RecordingSummarizer:
+    """A ``summarize_fn`` that records every call and returns :func:`fold_text`.
+
+    - ``calls``: ``(summary, messages)`` of every call, failed ones included, in call order.
+    - ``results``: what each successful call returned (``None`` for a failed call).
+    - ``folded``: the messages of the successful calls, concatenated.
+    - set ``fail = True`` to make calls raise :class:`SummarizerDown` (still recorded).
+    - ``delay`` seconds are slept inside each call (for thread tests).
+    """
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls: list[tuple[str, tuple[Message, ...]]] = []
+        self.results: list[str | None] = []
+        self.fail = False
+        self.delay = delay
+        self._lock = threading.Lock()
+
+    def _record(self, summary: str, messages: Sequence[Message]) -> str:
+        batch = tuple(messages)
+        with self._lock:
+            self.calls.append((summary, batch))
+            if self.fail:
+                self.results.append(None)
+                raise SummarizerDown("summarizer down")
+            result = fold_text(summary, batch)
+            self.results.append(result)
+            return result
+
+    def __call__(self, summary: str, messages: Sequence[Message]) -> str:
+        if self.delay:
+            time.sleep(self.delay)
+        return self._record(summary, messages)
+
+    @property
+    def folded(self) -> list[Message]:
+        return [m for (_, batch), result in zip(self.calls, self.results) if result is not None for m in batch]
+
+
+class AsyncRecordingSummarizer(RecordingSummarizer):
+    """The coroutine twin: pass ``rec.summarize`` (a coroutine function) to the async classes.
+
+    ``summarize`` yields to the loop ``yields`` times (and sleeps ``delay``) before recording.
+    """
+
+    def __init__(self, delay: float = 0.0, yields: int = 1) -> None:
+        super().__init__(delay)
+        self.yields = yields
+
+    async def summarize(self, summary: str, messages: Sequence[Message]) -> str:
+        for _ in range(self.yields):
+            await asyncio.sleep(0)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return self._record(summary, messages)
+
+
+def char_count(text: str) -> int:
+    return len(text)
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.fixture
+def char_counter() -> Callable[[str], int]:
+    """A token counter where one character is one token."""
+    return char_count
+
+
+@pytest.fixture
+def word_counter() -> Callable[[str], int]:
+    """A token counter where one whitespace-separated word is one token (rollmem's default rule)."""
+    return word_count
+
+
+@pytest.fixture
+def recorder() -> RecordingSummarizer:
+    """A fresh :class:`RecordingSummarizer`."""
+    return RecordingSummarizer()
+
+
+@pytest.fixture
+def make_recorder() -> Callable[..., RecordingSummarizer]:
+    """A factory: ``make_recorder(delay=0.0)`` returns a new :class:`RecordingSummarizer`."""
+    return RecordingSummarizer
+
+
+@pytest.fixture
+def async_recorder() -> AsyncRecordingSummarizer:
+    """A fresh :class:`AsyncRecordingSummarizer`; pass ``async_recorder.summarize``."""
+    return AsyncRecordingSummarizer()
+
+
+@pytest.fixture
+def make_async_recorder() -> Callable[..., AsyncRecordingSummarizer]:
+    """A factory: ``make_async_recorder(delay=0.0, yields=1)``."""
+    return AsyncRecordingSummarizer
+
+
+@pytest.fixture
+def failing_summarizer() -> RecordingSummarizer:
+    """A :class:`RecordingSummarizer` with ``fail = True``: every call raises :class:`SummarizerDown`."""
+    rec = RecordingSummarizer()
+    rec.fail = True
+    return rec
