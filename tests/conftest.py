@@ -75,7 +75,9 @@ class RecordingSummarizer:
 
     @property
     def folded(self) -> list[Message]:
-        return [m for (_, batch), result in zip(self.calls, self.results) if result is not None for m in batch]
+        return [
+            m for (_, batch), result in zip(self.calls, self.results) if result is not None for m in batch
+        ]
 
 
 class AsyncRecordingSummarizer(RecordingSummarizer):

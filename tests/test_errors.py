@@ -51,7 +51,7 @@ def test_invalid_state_error_at_the_root_is_just_the_problem() -> None:
     err = StateTypeError("", "expected a mapping, got list")
     assert err.path == ""
     assert str(err) == "expected a mapping, got list"
-    with pytest.raises(TypeError, match="^expected a mapping, got list$"):
+    with pytest.raises(TypeError, match=r"^expected a mapping, got list$"):
         raise err
 
 

@@ -112,7 +112,9 @@ def test_metadata_is_copied_and_read_only() -> None:
 
 
 def test_messages_pickle_copy_and_json() -> None:
-    m = Message("assistant", "x", id="1", tool_calls=(ToolCall("c", "f", "a"),), metadata={"k": 1}, pinned=True)
+    m = Message(
+        "assistant", "x", id="1", tool_calls=(ToolCall("c", "f", "a"),), metadata={"k": 1}, pinned=True
+    )
     assert pickle.loads(pickle.dumps(m)) == m
     assert copy.deepcopy(m) == m
     assert json.loads(json.dumps(m.to_dict())) == m.to_dict()
@@ -142,7 +144,9 @@ def test_message_rejects_wrong_types(kwargs: dict[str, Any], name: str) -> None:
 
 def test_str() -> None:
     assert str(Message("user", "hello")) == "user: hello"
-    m = Message("assistant", "let me look", tool_calls=(ToolCall("1", "search", '"teal"'), ToolCall("2", "now")))
+    m = Message(
+        "assistant", "let me look", tool_calls=(ToolCall("1", "search", '"teal"'), ToolCall("2", "now"))
+    )
     assert str(m) == 'assistant: let me look [tool calls: search("teal"), now()]'
     assert str(Message("tool", "42", tool_call_id="1")) == "tool: 42"
 
@@ -192,9 +196,9 @@ def test_from_dict_fills_defaults_and_ignores_unknown_keys() -> None:
     m = Message.from_dict({"role": "user", "content": "hi", "extra": 1})
     assert m == Message("user", "hi")
     assert m.pinned is False
-    assert Message.from_dict({"role": "tool", "content": "", "tool_calls": [{"id": "a", "name": "f"}]}).tool_calls == (
-        ToolCall("a", "f", ""),
-    )
+    assert Message.from_dict(
+        {"role": "tool", "content": "", "tool_calls": [{"id": "a", "name": "f"}]}
+    ).tool_calls == (ToolCall("a", "f", ""),)
     assert Message.from_dict({"role": "user", "content": "x", "id": None}).id is None
 
 
@@ -207,15 +211,30 @@ def test_from_dict_fills_defaults_and_ignores_unknown_keys() -> None:
         ({"role": 1, "content": "x"}, "role: expected str, got int", "role", True),
         ({"role": "u", "content": "x", "id": 1}, "id: expected str or null, got int", "id", True),
         ({"role": "u", "content": "x", "pinned": "yes"}, "pinned: expected bool, got str", "pinned", True),
-        ({"role": "u", "content": "x", "tool_calls": {}}, "tool_calls: expected a list, got dict", "tool_calls", True),
+        (
+            {"role": "u", "content": "x", "tool_calls": {}},
+            "tool_calls: expected a list, got dict",
+            "tool_calls",
+            True,
+        ),
         (
             {"role": "u", "content": "x", "tool_calls": [{"id": "a", "name": "f"}, {"id": 0, "name": "g"}]},
             "tool_calls[1].id: expected str, got int",
             "tool_calls[1].id",
             True,
         ),
-        ({"role": "u", "content": "x", "metadata": []}, "metadata: expected a mapping, got list", "metadata", True),
-        ({"role": "u", "content": "x", "metadata": {1: "a"}}, "metadata: expected str keys, got int", "metadata", True),
+        (
+            {"role": "u", "content": "x", "metadata": []},
+            "metadata: expected a mapping, got list",
+            "metadata",
+            True,
+        ),
+        (
+            {"role": "u", "content": "x", "metadata": {1: "a"}},
+            "metadata: expected str keys, got int",
+            "metadata",
+            True,
+        ),
     ],
 )
 def test_from_dict_errors_name_the_field(data: Any, message: str, path: str, is_type_error: bool) -> None:
