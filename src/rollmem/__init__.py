@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from .memory import (
+    AsyncRollingMemory,
+    AsyncSummarizeFn,
+    AsyncSummaryMemory,
+    BufferMemory,
+    MemoryStats,
+    RollingMemory,
+    SummarizeFn,
+    SummaryMemory,
+    TokenCounter,
+    WindowMemory,
+)
 from .message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+from .recall import RecallHit, RecallIndex
 
 __version__ = "0.1.0"
 
@@ -11,7 +24,19 @@ __all__ = [
     "SYSTEM",
     "TOOL",
     "USER",
+    "AsyncRollingMemory",
+    "AsyncSummarizeFn",
+    "AsyncSummaryMemory",
+    "BufferMemory",
+    "MemoryStats",
     "Message",
+    "RecallHit",
+    "RecallIndex",
+    "RollingMemory",
+    "SummarizeFn",
+    "SummaryMemory",
+    "TokenCounter",
     "ToolCall",
+    "WindowMemory",
     "__version__",
 ]

@@ -1,0 +1,320 @@
+"""The pure bookkeeping of a buffer: costs, unit spans and eviction plans.
+
+A *unit* is the smallest run of messages that may leave the buffer: a message with tool calls
+and everything up to the last result answering one of them, or any other message alone.
+Units, running totals and the index of eviction anchors are kept incrementally, so an append
+is O(1) amortized and a plan or commit costs O(units it evicts or steps over).
+
+Positions are *absolute*: the message at list index ``i`` has absolute index ``offset + i``.
+Eviction removes units from the front (pinned units stay, moved up in front of the rest), so
+the absolute indices of everything after the cut never change.
+
+No locks, no callbacks, no asyncio: the memory classes drive this.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Callable, Optional
+
+from .message import Message
+
+__all__ = ["Ledger", "Plan", "TrackedList", "is_reply"]
+
+_REPLY_ROLES = frozenset(("assistant", "tool"))
+
+
+def is_reply(message: Message) -> bool:
+    """Whether a message answers something: an ``assistant`` or ``tool`` turn, or a tool result."""
+    return message.role in _REPLY_ROLES or message.tool_call_id is not None
+
+
+class TrackedList(list):  # type: ignore[type-arg]
+    """A ``list`` that counts the changes made to it through its own methods.
+
+    The ledger edits it through ``list``'s unbound methods, which do not count; anything else
+    (a caller mutating ``memory.buffer`` in place) bumps ``changes`` and makes the ledger resync.
+    """
+
+    changes = 0
+
+
+def _counting(name: str) -> Callable[..., Any]:
+    method = getattr(list, name)
+
+    def mutate(self: TrackedList, *args: Any, **kwargs: Any) -> Any:
+        self.changes += 1
+        return method(self, *args, **kwargs)
+
+    mutate.__name__ = name
+    return mutate
+
+
+for _name in (
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__imul__",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+):
+    setattr(TrackedList, _name, _counting(_name))
+
+
+class _Unit:
+    __slots__ = ("cost", "pinned", "start", "stop")
+
+    def __init__(self, start: int, stop: int, cost: int, pinned: int) -> None:
+        self.start = start  # absolute index of the head message
+        self.stop = stop  # absolute index one past the last message
+        self.cost = cost
+        self.pinned = pinned  # number of pinned messages inside
+
+
+class Plan:
+    """Which leading units to cut; the non-pinned ones among them leave the buffer."""
+
+    __slots__ = ("cost", "epoch", "messages", "units")
+
+    def __init__(self, units: int, messages: list[Message], cost: int, epoch: int) -> None:
+        self.units = units
+        self.messages = messages
+        self.cost = cost
+        self.epoch = epoch
+
+
+Measure = Callable[[Message, int], int]
+"""Counts the message found at a buffer position (used when resyncing)."""
+
+
+class Ledger:
+    """Costs, units and eviction plans for one buffer (the :class:`TrackedList` in ``items``)."""
+
+    def __init__(self) -> None:
+        self.items = TrackedList()
+        self._seen = 0  # items.changes when the ledger last matched items
+        self._stale = False  # items was replaced wholesale
+        self._shadow: list[Message] = []  # what the ledger believes items holds
+        self._costs: list[int] = []
+        self._units: deque[_Unit] = deque()
+        self._anchors: deque[int] = deque()  # starts of non-pinned units whose head is not a reply
+        self._calls: dict[str, list[int]] = {}  # tool call id -> absolute indices of its callers
+        self._offset = 0
+        self._guard = -1  # absolute stop of the plan in flight (-1: none)
+        self.total = 0
+        self.pinned = 0
+        self.epoch = 0  # bumped by every change but an append
+
+    # -- keeping up with the buffer ---------------------------------------------------------
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a plan was made and is neither committed nor aborted yet."""
+        return self._guard >= 0
+
+    @property
+    def dirty(self) -> bool:
+        """Whether ``items`` changed behind the ledger's back."""
+        return self._stale or self.items.changes != self._seen
+
+    def replace(self, messages: Iterable[Message]) -> None:
+        """Take a new list as the buffer; it is checked and counted at the next :meth:`sync`."""
+        self.items = TrackedList(messages)
+        self._stale = True
+
+    def sync(self, measure: Measure) -> None:
+        """Catch up with changes made to ``items`` directly, counting only messages not seen before.
+
+        On error (a non-message in the list, a failing counter) the ledger is left as it was.
+        """
+        if not self.dirty:
+            return
+        known = {id(message): cost for message, cost in zip(self._shadow, self._costs)}
+        items = self.items
+        costs = []
+        for index, message in enumerate(items):
+            if not isinstance(message, Message):
+                raise TypeError(f"buffer[{index}]: expected Message, got {type(message).__name__}")
+            cost = known.get(id(message))
+            costs.append(measure(message, index) if cost is None else cost)
+        self._rebuild(list(items), costs)
+
+    def _rebuild(self, messages: list[Message], costs: list[int]) -> None:
+        self.items.changes = self._seen = 0
+        self._stale = False
+        self._shadow = []
+        self._costs = []
+        self._units.clear()
+        self._anchors.clear()
+        self._calls.clear()
+        self._offset = 0
+        self._guard = -1
+        self.total = self.pinned = 0
+        self.epoch += 1
+        for message, cost in zip(messages, costs):
+            self._push(message, cost)
+
+    def clear(self) -> None:
+        """Forget everything (the buffer list is emptied in place)."""
+        list.clear(self.items)
+        self._rebuild([], [])
+
+    def append(self, message: Message, cost: int) -> None:
+        """Add one counted message at the end of the buffer."""
+        list.append(self.items, message)
+        self._push(message, cost)
+
+    def set_at(self, position: int, message: Message) -> None:
+        """Swap the message at ``position`` for one with the same token text (a pin change)."""
+        list.__setitem__(self.items, position, message)
+        shadow = self._shadow
+        shadow[position] = message
+        self._rebuild(list(shadow), list(self._costs))
+
+    def _push(self, message: Message, cost: int) -> None:
+        index = self._offset + len(self._shadow)
+        self._shadow.append(message)
+        self._costs.append(cost)
+        self.total += cost
+        pinned = 1 if message.pinned else 0
+        self.pinned += pinned
+        units = self._units
+        anchors = self._anchors
+        callers = self._calls.get(message.tool_call_id) if message.tool_call_id is not None else None
+        if callers:
+            # A result: one unit from its earliest caller's unit to here, everything between merged.
+            first = callers[0]
+            while units[-1].start > first:
+                merged = units.pop()
+                cost += merged.cost
+                pinned += merged.pinned
+            unit = units[-1]
+            unit.stop = index + 1
+            unit.cost += cost
+            unit.pinned += pinned
+            while anchors and anchors[-1] > unit.start:
+                anchors.pop()
+            if unit.pinned and anchors and anchors[-1] == unit.start:
+                anchors.pop()
+            if unit.start < self._guard:
+                self.epoch += 1  # reached into the region a plan in flight will cut
+        else:
+            units.append(_Unit(index, index + 1, cost, pinned))
+            if not pinned and not is_reply(message):
+                anchors.append(index)
+        for call in message.tool_calls:
+            self._calls.setdefault(call.id, []).append(index)
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan_budget(self, limit: int, goal: int) -> Optional[Plan]:
+        """When the total is over ``limit``: cut whole non-pinned units, oldest first, until the
+        total is at most ``goal``, never the newest unit; then align the cut so the first kept
+        non-pinned unit does not start with a reply, if such a unit exists up to the newest."""
+        if self.total <= limit:
+            return None
+        units = self._units
+        remaining = self.total
+        count = 0
+        last = len(units) - 1
+        for seen, unit in enumerate(units):
+            if remaining <= goal or seen == last:
+                break
+            if not unit.pinned:
+                remaining -= unit.cost
+                count = seen + 1
+        if count == 0:
+            return None
+        boundary = units[count - 1].stop
+        anchor = next((start for start in self._anchors if start >= boundary), None)
+        if anchor is not None:
+            while units[count].start < anchor:
+                count += 1
+        return self._plan(count)
+
+    def plan_keep_last(self, keep_last: int) -> Optional[Plan]:
+        """Cut every non-pinned unit before the one holding the ``keep_last``-th newest message."""
+        boundary = self._offset + len(self._shadow) - max(keep_last, 0)
+        count = 0
+        for unit in self._units:
+            if unit.stop > boundary:
+                break
+            count += 1
+        return self._plan(count)
+
+    def _plan(self, count: int) -> Optional[Plan]:
+        units = self._units
+        offset = self._offset
+        shadow = self._shadow
+        messages: list[Message] = []
+        cost = 0
+        for position in range(count):
+            unit = units[position]
+            if not unit.pinned:
+                messages.extend(shadow[unit.start - offset : unit.stop - offset])
+                cost += unit.cost
+        if not messages:
+            return None
+        self._guard = units[count - 1].stop
+        return Plan(count, messages, cost, self.epoch)
+
+    def abort(self, plan: Plan) -> None:
+        """Forget a plan that will not be committed."""
+        self._guard = -1
+
+    def commit(self, plan: Plan) -> bool:
+        """Remove the planned messages; ``False`` (and no change) if the buffer changed since the
+        plan in a way other than appends that leave the planned units alone."""
+        self._guard = -1
+        if plan.epoch != self.epoch or self.dirty:
+            return False
+        units = self._units
+        offset = self._offset
+        stop = units[plan.units - 1].stop
+        cut = [units.popleft() for _ in range(plan.units)]
+        kept = [unit for unit in cut if unit.pinned]
+        removed = sum(unit.stop - unit.start for unit in cut) - sum(u.stop - u.start for u in kept)
+        new_offset = offset + removed
+
+        kept_positions: list[int] = []
+        next_start = new_offset
+        for unit in kept:
+            kept_positions.extend(range(unit.start - offset, unit.stop - offset))
+            unit.stop = next_start + (unit.stop - unit.start)
+            unit.start = next_start
+            next_start = unit.stop
+        units.extendleft(reversed(kept))
+
+        shadow = self._shadow
+        head = stop - offset
+        affected = {call.id for message in shadow[:head] for call in message.tool_calls}
+        new_index = {offset + p: new_offset + i for i, p in enumerate(kept_positions)}
+        for call_id in affected:
+            callers = self._calls[call_id]
+            renamed = [new_index[index] for index in callers if index in new_index]
+            rest = [index for index in callers if index >= stop]
+            if renamed or rest:
+                self._calls[call_id] = renamed + rest
+            else:
+                del self._calls[call_id]
+
+        anchors = self._anchors
+        while anchors and anchors[0] < stop:
+            anchors.popleft()
+
+        kept_messages = [shadow[p] for p in kept_positions]
+        kept_costs = [self._costs[p] for p in kept_positions]
+        list.__setitem__(self.items, slice(0, head), kept_messages)
+        shadow[:head] = kept_messages
+        self._costs[:head] = kept_costs
+        self._offset = new_offset
+        self.total -= plan.cost
+        self.epoch += 1
+        return True

@@ -1,0 +1,984 @@
+"""The memory classes: a running summary plus a verbatim buffer of recent messages.
+
+Every class shares one state (``summary``, ``buffer``), one serialization format and one fold
+*flow*: plan what leaves, ask for ``summarize(summary, evicted)``, then commit. The flow is a
+generator that yields its requests; the sync classes drive it with plain calls, the async ones
+with awaits. Policies differ only in how a message is measured and what a plan cuts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+from collections.abc import Awaitable, Generator, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
+
+from . import _validate as v
+from ._ledger import Ledger, Plan
+from .errors import InvalidStateError
+from .message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
+
+__all__ = [
+    "AsyncRollingMemory",
+    "AsyncSummarizeFn",
+    "AsyncSummaryMemory",
+    "BufferMemory",
+    "EvictHook",
+    "MemoryStats",
+    "RollingMemory",
+    "SummarizeFn",
+    "SummaryMemory",
+    "TokenCounter",
+    "WindowMemory",
+    "words",
+]
+
+TokenCounter = Callable[[str], int]
+"""Counts the tokens of a text; must return a non-negative ``int``."""
+SummarizeFn = Callable[[str, Sequence[Message]], str]
+"""``summarize(existing_summary, evicted_messages) -> new_summary``."""
+AsyncSummarizeFn = Callable[[str, Sequence[Message]], Awaitable[str]]
+"""The coroutine form of :data:`SummarizeFn`, accepted by the async classes."""
+EvictHook = Callable[[Sequence[Message]], Any]
+"""Called with the messages that left the buffer, once per committed eviction."""
+
+STATE_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+
+_M = TypeVar("_M", bound="_Memory")
+
+
+def words(text: str) -> int:
+    """The default token counter: the number of whitespace-separated words."""
+    return len(text.split())
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """A snapshot of a memory. Token fields are ``None`` for classes that count no tokens;
+    the counters run since the memory was constructed (or loaded)."""
+
+    messages: int
+    pinned: int
+    buffer_tokens: Optional[int]
+    summary_tokens: Optional[int]
+    max_tokens: Optional[int]
+    target_tokens: Optional[int]
+    folds: int
+    summarizer_calls: int
+    failed_folds: int
+    messages_summarized: int
+    messages_dropped: int
+
+    def to_dict(self) -> dict[str, Optional[int]]:
+        """The fields as a plain dict."""
+        return asdict(self)
+
+
+class _Summarize:
+    """A request from the fold flow: call the summarizer."""
+
+    __slots__ = ("messages", "summary")
+
+    def __init__(self, summary: str, messages: list[Message]) -> None:
+        self.summary = summary
+        self.messages = messages
+
+
+class _Notify:
+    """A request from the fold flow: call ``on_evict``."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+
+
+_Request = Union[_Summarize, _Notify]
+_Flow = Generator[_Request, Any, int]
+
+
+def _check_callable(name: str, value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name}: expected a callable or None, got {type(value).__name__}")
+
+
+def _check_not_async(name: str, value: object, async_class: str) -> None:
+    if inspect.iscoroutinefunction(value):
+        raise TypeError(f"{name} is a coroutine function; use {async_class} for async callables")
+
+
+def _check_budget(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
+def _awaitable_result(result: object, async_class: str) -> TypeError:
+    close = getattr(result, "close", None)
+    if callable(close):
+        close()  # a coroutine that is never awaited would warn
+    return TypeError(f"summarize_fn returned an awaitable; use {async_class} for async summarizers")
+
+
+class _Memory:
+    """State, reads, serialization and the fold flow shared by every memory class."""
+
+    _async_twin: ClassVar[str] = "AsyncRollingMemory"
+
+    def __init__(
+        self,
+        summarize_fn: Optional[Callable[..., Any]] = None,
+        token_counter: Optional[TokenCounter] = None,
+        on_evict: Optional[EvictHook] = None,
+    ) -> None:
+        _check_callable("summarize_fn", summarize_fn)
+        _check_callable("token_counter", token_counter)
+        _check_callable("on_evict", on_evict)
+        self._summary = ""
+        self._ledger = Ledger()
+        self._lock = threading.RLock()
+        self._summarize_fn = summarize_fn
+        self._token_counter = token_counter
+        self._on_evict = on_evict
+        self._generation = 0  # bumped by clear() and by assignments: a fold in flight then loses
+        self._counts = dict.fromkeys(
+            ("folds", "summarizer_calls", "failed_folds", "messages_summarized", "messages_dropped"), 0
+        )
+        self._summary_tokens: tuple[str, int] = ("", 0)
+        self._journal: Optional[list[tuple[Any, ...]]] = None
+
+    # -- public state -----------------------------------------------------------------------
+
+    @property
+    def summary(self) -> str:
+        """The running summary of everything folded out of the buffer (``""`` when none)."""
+        return self._summary
+
+    @summary.setter
+    def summary(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"summary: expected str, got {type(value).__name__}")
+        with self._lock:
+            self._summary = value
+            self._generation += 1
+            self._record("set_summary", value)
+
+    @property
+    def buffer(self) -> list[Message]:
+        """The verbatim recent messages, oldest first. Callers may mutate or assign it; the memory
+        notices and recounts only the messages it has not seen."""
+        return self._ledger.items
+
+    @buffer.setter
+    def buffer(self, messages: Iterable[Message]) -> None:
+        with self._lock:
+            self._ledger.replace(messages)
+            self._generation += 1
+            self._record("set_buffer", tuple(self._ledger.items))
+
+    # -- policy hooks -----------------------------------------------------------------------
+
+    def _counts_tokens(self) -> bool:
+        return False
+
+    def _cost(self, message: Message) -> int:
+        return 0
+
+    def _plan(self) -> Optional[Plan]:
+        return None
+
+    def _needs_fold(self) -> bool:
+        return False
+
+    def _limits(self) -> tuple[Optional[int], Optional[int]]:
+        return None, None
+
+    # -- measuring and appending ------------------------------------------------------------
+
+    def _measure(self, message: Message, where: str) -> int:
+        counter = self._token_counter
+        if counter is None:
+            return self._cost(message)
+        cost = counter(message.token_text())
+        if isinstance(cost, bool) or not isinstance(cost, int):
+            raise TypeError(f"token_counter returned {type(cost).__name__} for {where}; expected int")
+        if cost < 0:
+            raise ValueError(f"token_counter returned {cost} for {where}; expected a non-negative int")
+        return cost
+
+    def _measure_at(self, message: Message, position: int) -> int:
+        return self._measure(message, f"buffer[{position}]")
+
+    def _new_message(
+        self,
+        role: str,
+        content: str,
+        id: Optional[str],
+        tool_calls: Iterable[ToolCall],
+        tool_call_id: Optional[str],
+        metadata: Optional[Mapping[str, Any]],
+        pinned: bool,
+    ) -> Message:
+        return Message(
+            role, content, id, tuple(tool_calls), tool_call_id, {} if metadata is None else metadata, pinned
+        )
+
+    def _append(self, messages: Sequence[Message], entry: tuple[Any, ...]) -> None:
+        """Count, then append: a failure appends nothing."""
+        costs = [self._measure(m, "the new message" if len(messages) == 1 else f"messages[{i}]")
+                 for i, m in enumerate(messages)]  # fmt: skip
+        with self._lock:
+            ledger = self._ledger
+            ledger.sync(self._measure_at)
+            for message, cost in zip(messages, costs):
+                ledger.append(message, cost)
+            self._record(*entry)
+
+    @staticmethod
+    def _check_batch(messages: Iterable[Message]) -> list[Message]:
+        batch = list(messages)
+        for index, message in enumerate(batch):
+            if not isinstance(message, Message):
+                raise TypeError(f"messages[{index}]: expected Message, got {type(message).__name__}")
+        return batch
+
+    def _record(self, *entry: Any) -> None:
+        if self._journal is not None:
+            self._journal.append(entry)
+
+    # -- the fold flow ----------------------------------------------------------------------
+
+    def _fold_flow(self, plan_fn: Callable[[], Optional[Plan]]) -> _Flow:
+        """Plan, yield a summarize request (when there is a summarizer), then commit and yield a
+        notify request (when there is a hook). Returns how many messages left the buffer."""
+        with self._lock:
+            ledger = self._ledger
+            ledger.sync(self._measure_at)
+            plan = plan_fn()
+            if plan is None:
+                return 0
+            summary = self._summary
+            generation = self._generation
+            if self._summarize_fn is not None:
+                self._counts["summarizer_calls"] += 1
+        new_summary = summary
+        if self._summarize_fn is not None:
+            try:
+                new_summary = yield _Summarize(summary, plan.messages)
+                if not isinstance(new_summary, str):
+                    raise TypeError(f"summarize_fn returned {type(new_summary).__name__}; expected str")
+            except BaseException as exc:
+                with self._lock:
+                    ledger.abort(plan)
+                    if isinstance(exc, Exception):
+                        self._counts["failed_folds"] += 1
+                raise
+        with self._lock:
+            if generation != self._generation or not ledger.commit(plan):
+                ledger.abort(plan)
+                return 0
+            self._summary = new_summary
+            self._counts["folds"] += 1
+            key = "messages_dropped" if self._summarize_fn is None else "messages_summarized"
+            self._counts[key] += len(plan.messages)
+        if self._on_evict is not None:
+            yield _Notify(plan.messages)
+        return len(plan.messages)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get_messages(self) -> list[Message]:
+        """The buffer, preceded by ``Message("system", summary)`` when the summary is non-empty."""
+        with self._lock:
+            summary = self._summary
+            messages = list(self._ledger.items)
+        if summary:
+            messages.insert(0, Message(SYSTEM, summary))
+        return messages
+
+    def get_context(self) -> str:
+        """``get_messages()`` as text, one ``role: content`` line per message."""
+        return "\n".join(str(message) for message in self.get_messages())
+
+    def stats(self) -> MemoryStats:
+        """Sizes now and counters since construction."""
+        with self._lock:
+            ledger = self._ledger
+            ledger.sync(self._measure_at)
+            counts_tokens = self._counts_tokens()
+            summary_tokens: Optional[int] = None
+            if counts_tokens:
+                text, tokens = self._summary_tokens
+                if text != self._summary:
+                    tokens = self._measure(Message(SYSTEM, self._summary), "the summary")
+                    self._summary_tokens = (self._summary, tokens)
+                summary_tokens = tokens if self._summary else 0
+            limit, goal = self._limits()
+            return MemoryStats(
+                messages=len(ledger.items),
+                pinned=ledger.pinned,
+                buffer_tokens=ledger.total if counts_tokens else None,
+                summary_tokens=summary_tokens,
+                max_tokens=limit,
+                target_tokens=goal,
+                **self._counts,
+            )
+
+    # -- plain mutations --------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Empty summary and buffer. A fold in flight is discarded."""
+        with self._lock:
+            self._summary = ""
+            self._ledger.clear()
+            self._generation += 1
+            self._record("clear")
+
+    def pin(self, message_id: str) -> None:
+        """Pin every buffer message whose ``id`` is ``message_id``: it will never be evicted."""
+        self._set_pinned(message_id, True)
+
+    def unpin(self, message_id: str) -> None:
+        """Let the buffer messages whose ``id`` is ``message_id`` be evicted again."""
+        self._set_pinned(message_id, False)
+
+    def _set_pinned(self, message_id: str, pinned: bool) -> None:
+        with self._lock:
+            ledger = self._ledger
+            ledger.sync(self._measure_at)
+            positions = [i for i, m in enumerate(ledger.items) if m.id == message_id]
+            if not positions:
+                raise KeyError(f"no message with id {message_id!r} in the buffer")
+            for position in positions:
+                message = ledger.items[position]
+                if message.pinned != pinned:
+                    ledger.set_at(position, replace(message, pinned=pinned))
+            self._record("pin" if pinned else "unpin", message_id)
+
+    def _apply_plain(self, entry: tuple[Any, ...]) -> None:
+        kind = entry[0]
+        if kind == "clear":
+            self.clear()
+        elif kind in ("pin", "unpin"):
+            with contextlib.suppress(KeyError):  # the message left in the other writer's state
+                self._set_pinned(entry[1], kind == "pin")
+        elif kind == "set_summary":
+            self.summary = entry[1]
+        elif kind == "set_buffer":
+            self.buffer = list(entry[1])
+        else:
+            raise ValueError(f"unknown journal entry {kind!r}")
+
+    # -- serialization ----------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"version": 2, "summary": ..., "buffer": [message dicts]}``, JSON-ready."""
+        with self._lock:
+            return {
+                "version": STATE_VERSION,
+                "summary": self._summary,
+                "buffer": [message.to_dict() for message in self._ledger.items],
+            }
+
+    def _load(self: _M, data: object) -> _M:
+        """Restore state verbatim (no pruning, no summarizer call). Nothing changes on error."""
+        summary, messages = parse_state(data)
+        self._summary = summary
+        self._ledger.replace(messages)
+        return self
+
+
+def parse_state(data: object) -> tuple[str, list[Message]]:
+    """Read a saved state (versions 1 and 2) into its summary and messages; errors name the field."""
+    data = v.expect_mapping(data, "")
+    version = v.get_int(data, "version", "")
+    if version not in _READABLE_VERSIONS:
+        raise InvalidStateError(
+            "version", f"unsupported state version {version}; this rollmem reads versions 1 and 2"
+        )
+    summary = v.get_str(data, "summary", "")
+    items = v.get_list(data, "buffer", "")
+    messages = [message_from_dict(item, f"buffer[{index}]") for index, item in enumerate(items)]
+    return summary, messages
+
+
+# -- policies: how a message costs and what a plan cuts -----------------------------------------
+
+
+class _Budget(_Memory):
+    """Token budget with hysteresis: over ``max_tokens``, evict down to ``target_tokens``."""
+
+    def _setup_budget(self, max_tokens: int, target_tokens: Optional[int]) -> None:
+        self.max_tokens = _check_budget("max_tokens", max_tokens)
+        if target_tokens is None:
+            target_tokens = self.max_tokens
+        self.target_tokens = _check_budget("target_tokens", target_tokens)
+        if self.target_tokens > self.max_tokens:
+            raise ValueError(
+                f"target_tokens must be at most max_tokens ({self.max_tokens}), got {self.target_tokens}"
+            )
+        if self._token_counter is None:
+            self._token_counter = words
+
+    def _counts_tokens(self) -> bool:
+        return True
+
+    def _needs_fold(self) -> bool:
+        return self._ledger.dirty or self._ledger.total > self.max_tokens
+
+    def _plan(self) -> Optional[Plan]:
+        return self._ledger.plan_budget(self.max_tokens, min(self.target_tokens, self.max_tokens))
+
+    def _limits(self) -> tuple[Optional[int], Optional[int]]:
+        return self.max_tokens, self.target_tokens
+
+
+class _Everything(_Memory):
+    """Fold every non-pinned message after each add."""
+
+    def _needs_fold(self) -> bool:
+        ledger = self._ledger
+        return ledger.dirty or len(ledger.items) > ledger.pinned
+
+    def _plan(self) -> Optional[Plan]:
+        return self._ledger.plan_keep_last(0)
+
+
+# -- sync and async drivers ------------------------------------------------------------------
+
+
+class _SyncMemory(_Memory):
+    """Plain methods; thread-safe. Folds are serialized and run outside the state lock."""
+
+    def __init__(
+        self,
+        summarize_fn: Optional[SummarizeFn] = None,
+        token_counter: Optional[TokenCounter] = None,
+        on_evict: Optional[EvictHook] = None,
+    ) -> None:
+        _check_not_async("summarize_fn", summarize_fn, self._async_twin)
+        _check_not_async("on_evict", on_evict, self._async_twin)
+        super().__init__(summarize_fn, token_counter, on_evict)
+        self._fold_lock = threading.RLock()
+
+    def add_message(
+        self,
+        role: str,
+        content: str,
+        *,
+        id: Optional[str] = None,
+        tool_calls: Iterable[ToolCall] = (),
+        tool_call_id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """Append a message, then evict what the policy says; returns the message."""
+        message = self._new_message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
+        self._append((message,), ("add", message))
+        self._prune()
+        return message
+
+    def add_user_message(
+        self,
+        content: str,
+        *,
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("user", content, ...)``."""
+        return self.add_message(USER, content, id=id, metadata=metadata, pinned=pinned)
+
+    def add_assistant_message(
+        self,
+        content: str,
+        *,
+        tool_calls: Iterable[ToolCall] = (),
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("assistant", content, ...)``."""
+        return self.add_message(
+            ASSISTANT, content, tool_calls=tool_calls, id=id, metadata=metadata, pinned=pinned
+        )
+
+    def add_system_message(
+        self,
+        content: str,
+        *,
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("system", content, ...)``."""
+        return self.add_message(SYSTEM, content, id=id, metadata=metadata, pinned=pinned)
+
+    def add_tool_message(
+        self,
+        content: str,
+        *,
+        tool_call_id: Optional[str] = None,
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("tool", content, tool_call_id=...)``: the result of a tool call."""
+        return self.add_message(
+            TOOL, content, tool_call_id=tool_call_id, id=id, metadata=metadata, pinned=pinned
+        )
+
+    def extend(self, messages: Iterable[Message]) -> None:
+        """Append many messages, then evict once: at most one summarizer call. All or nothing."""
+        batch = self._check_batch(messages)
+        if batch:
+            self._append(batch, ("extend", tuple(batch)))
+            self._prune()
+
+    def _prune(self) -> None:
+        if self._needs_fold():
+            self._run(self._plan)
+
+    def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
+        with self._fold_lock:
+            if self._ledger.in_flight:
+                return 0  # called back from inside this thread's own fold: leave it to that fold
+            return self._drive(self._fold_flow(plan_fn))
+
+    def _drive(self, flow: _Flow) -> int:
+        try:
+            request = next(flow)
+            while True:
+                if isinstance(request, _Summarize):
+                    try:
+                        result = self._call_summarizer(request)
+                    except BaseException as exc:
+                        request = flow.throw(exc)
+                        continue
+                    request = flow.send(result)
+                else:
+                    assert self._on_evict is not None
+                    try:
+                        self._on_evict(request.messages)
+                    except BaseException:
+                        flow.close()
+                        raise
+                    request = flow.send(None)
+        except StopIteration as stop:
+            count: int = stop.value
+            return count
+
+    def _call_summarizer(self, request: _Summarize) -> str:
+        assert self._summarize_fn is not None
+        result = self._summarize_fn(request.summary, request.messages)
+        if inspect.isawaitable(result):
+            raise _awaitable_result(result, self._async_twin)
+        return result  # type: ignore[no-any-return]
+
+    def _replay(self, entries: Iterable[tuple[Any, ...]]) -> None:
+        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
+        for entry in entries:
+            kind = entry[0]
+            if kind == "add":
+                message = entry[1]
+                self._append((message,), entry)
+                self._prune()
+            elif kind == "extend":
+                self.extend(entry[1])
+            elif kind == "fold":
+                getattr(self, "fold")(entry[1])  # noqa: B009 - only summarizing classes journal folds
+            else:
+                self._apply_plain(entry)
+
+
+class _SyncFolding(_SyncMemory):
+    def fold(self, keep_last: int = 0) -> int:
+        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
+        one summarizer call. Returns how many messages left the buffer."""
+        keep = _check_keep_last(keep_last)
+        count = self._run(lambda: self._ledger.plan_keep_last(keep))
+        self._record("fold", keep)
+        return count
+
+
+def _check_keep_last(keep_last: object) -> int:
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int):
+        raise TypeError(f"keep_last: expected int, got {type(keep_last).__name__}")
+    if keep_last < 0:
+        raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+    return keep_last
+
+
+class _AsyncMemory(_Memory):
+    """Coroutine methods; safe for many tasks on one loop. Folds are serialized."""
+
+    def __init__(
+        self,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
+        token_counter: Optional[TokenCounter] = None,
+        on_evict: Optional[EvictHook] = None,
+        background: bool = False,
+    ) -> None:
+        super().__init__(summarize_fn, token_counter, on_evict)
+        if not isinstance(background, bool):
+            raise TypeError(f"background: expected bool, got {type(background).__name__}")
+        self._background = background
+        self._fold_lock: Optional[asyncio.Lock] = None
+        self._fold_lock_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._fold_owner: Optional[asyncio.Task[Any]] = None
+        self._task: Optional[asyncio.Task[None]] = None
+        self._task_error: Optional[BaseException] = None
+
+    async def add_message(
+        self,
+        role: str,
+        content: str,
+        *,
+        id: Optional[str] = None,
+        tool_calls: Iterable[ToolCall] = (),
+        tool_call_id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """Append a message, then evict what the policy says (in the background when configured
+        so); returns the message."""
+        message = self._new_message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
+        self._append((message,), ("add", message))
+        await self._prune()
+        return message
+
+    async def add_user_message(
+        self,
+        content: str,
+        *,
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("user", content, ...)``."""
+        return await self.add_message(USER, content, id=id, metadata=metadata, pinned=pinned)
+
+    async def add_assistant_message(
+        self,
+        content: str,
+        *,
+        tool_calls: Iterable[ToolCall] = (),
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("assistant", content, ...)``."""
+        return await self.add_message(
+            ASSISTANT, content, tool_calls=tool_calls, id=id, metadata=metadata, pinned=pinned
+        )
+
+    async def add_system_message(
+        self,
+        content: str,
+        *,
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("system", content, ...)``."""
+        return await self.add_message(SYSTEM, content, id=id, metadata=metadata, pinned=pinned)
+
+    async def add_tool_message(
+        self,
+        content: str,
+        *,
+        tool_call_id: Optional[str] = None,
+        id: Optional[str] = None,
+        metadata: Optional[Mapping[str, Any]] = None,
+        pinned: bool = False,
+    ) -> Message:
+        """``add_message("tool", content, tool_call_id=...)``: the result of a tool call."""
+        return await self.add_message(
+            TOOL, content, tool_call_id=tool_call_id, id=id, metadata=metadata, pinned=pinned
+        )
+
+    async def extend(self, messages: Iterable[Message]) -> None:
+        """Append many messages, then evict once: at most one summarizer call. All or nothing."""
+        batch = self._check_batch(messages)
+        if batch:
+            self._append(batch, ("extend", tuple(batch)))
+            await self._prune()
+
+    async def fold(self, keep_last: int = 0) -> int:
+        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
+        one summarizer call. Returns how many messages left the buffer."""
+        keep = _check_keep_last(keep_last)
+        count = await self._run(lambda: self._ledger.plan_keep_last(keep))
+        self._record("fold", keep)
+        return count
+
+    async def flush(self) -> None:
+        """Wait for the folds in flight; re-raise the last background fold failure, once."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait((task,))
+        async with self._lock_for_loop():
+            pass
+        error, self._task_error = self._task_error, None
+        if error is not None:
+            raise error
+
+    async def _prune(self) -> None:
+        if not self._needs_fold():
+            return
+        if not self._background:
+            await self._run(self._plan)
+        elif self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._fold_in_background())
+
+    async def _fold_in_background(self) -> None:
+        try:
+            while self._needs_fold():
+                if await self._run(self._plan) == 0:
+                    break
+        except Exception as exc:  # kept for flush(); retried on the next add
+            self._task_error = exc
+
+    def _lock_for_loop(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._fold_lock is None or (self._fold_lock_loop is not loop and not self._fold_lock.locked()):
+            self._fold_lock = asyncio.Lock()
+            self._fold_lock_loop = loop
+        return self._fold_lock
+
+    async def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
+        task = asyncio.current_task()
+        if self._fold_owner is task and self._ledger.in_flight:
+            return 0  # called back from inside this task's own fold: leave it to that fold
+        async with self._lock_for_loop():
+            self._fold_owner = task
+            try:
+                return await self._drive(self._fold_flow(plan_fn))
+            finally:
+                self._fold_owner = None
+
+    async def _drive(self, flow: _Flow) -> int:
+        try:
+            request = next(flow)
+            while True:
+                if isinstance(request, _Summarize):
+                    try:
+                        result = await self._call_summarizer(request)
+                    except BaseException as exc:
+                        request = flow.throw(exc)
+                        continue
+                    request = flow.send(result)
+                else:
+                    assert self._on_evict is not None
+                    try:
+                        outcome = self._on_evict(request.messages)
+                        if inspect.isawaitable(outcome):
+                            await outcome
+                    except BaseException:
+                        flow.close()
+                        raise
+                    request = flow.send(None)
+        except StopIteration as stop:
+            count: int = stop.value
+            return count
+
+    async def _call_summarizer(self, request: _Summarize) -> Any:
+        assert self._summarize_fn is not None
+        result = self._summarize_fn(request.summary, request.messages)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _areplay(self, entries: Iterable[tuple[Any, ...]]) -> None:
+        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
+        for entry in entries:
+            kind = entry[0]
+            if kind == "add":
+                self._append((entry[1],), entry)
+                await self._prune()
+            elif kind == "extend":
+                await self.extend(entry[1])
+            elif kind == "fold":
+                await self.fold(entry[1])
+            else:
+                self._apply_plain(entry)
+
+
+# -- the public classes ----------------------------------------------------------------------
+
+
+class RollingMemory(_Budget, _SyncFolding):
+    """A running summary plus the most recent turns verbatim, within ``max_tokens``.
+
+    After each add that puts the buffer over ``max_tokens``, the oldest whole units go (down to
+    ``target_tokens``, default ``max_tokens``), aligned so the buffer does not start with a reply,
+    never the newest unit; they are folded into the summary by one ``summarize_fn`` call, or
+    dropped without one. If the summarizer raises, nothing changes and the error propagates.
+    Thread-safe.
+    """
+
+    def __init__(
+        self,
+        max_tokens: int = 2000,
+        summarize_fn: Optional[SummarizeFn] = None,
+        token_counter: Optional[TokenCounter] = None,
+        *,
+        target_tokens: Optional[int] = None,
+        on_evict: Optional[EvictHook] = None,
+    ) -> None:
+        super().__init__(summarize_fn, token_counter, on_evict)
+        self._setup_budget(max_tokens, target_tokens)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        max_tokens: int = 2000,
+        summarize_fn: Optional[SummarizeFn] = None,
+        token_counter: Optional[TokenCounter] = None,
+        target_tokens: Optional[int] = None,
+        on_evict: Optional[EvictHook] = None,
+    ) -> RollingMemory:
+        """Restore ``to_dict()`` output (state versions 1 and 2) verbatim: no pruning, no summarizer
+        call; the budget applies again from the next add."""
+        memory = cls(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens, on_evict=on_evict)
+        return memory._load(data)
+
+
+class AsyncRollingMemory(_Budget, _AsyncMemory):
+    """:class:`RollingMemory` for async code: the ``add_*`` methods, ``extend`` and ``fold`` are
+    coroutines and ``summarize_fn`` may be async. With ``background=True`` an add returns once the
+    message is appended and the fold runs as a task (see :meth:`flush`); meanwhile the context may
+    exceed the budget."""
+
+    def __init__(
+        self,
+        max_tokens: int = 2000,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
+        token_counter: Optional[TokenCounter] = None,
+        *,
+        target_tokens: Optional[int] = None,
+        on_evict: Optional[EvictHook] = None,
+        background: bool = False,
+    ) -> None:
+        super().__init__(summarize_fn, token_counter, on_evict, background)
+        self._setup_budget(max_tokens, target_tokens)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        max_tokens: int = 2000,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
+        token_counter: Optional[TokenCounter] = None,
+        target_tokens: Optional[int] = None,
+        on_evict: Optional[EvictHook] = None,
+        background: bool = False,
+    ) -> AsyncRollingMemory:
+        """Restore ``to_dict()`` output verbatim, as :meth:`RollingMemory.from_dict` does."""
+        memory = cls(
+            max_tokens,
+            summarize_fn,
+            token_counter,
+            target_tokens=target_tokens,
+            on_evict=on_evict,
+            background=background,
+        )
+        return memory._load(data)
+
+
+class BufferMemory(_SyncMemory):
+    """Keeps every message; never evicts, never summarizes. A loaded summary is kept and shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BufferMemory:
+        """Restore ``to_dict()`` output verbatim."""
+        return cls()._load(data)
+
+
+class WindowMemory(_SyncMemory):
+    """The most recent ``max_messages`` messages (whole units, aligned, the newest unit always
+    kept); what leaves is dropped. A loaded summary is kept and shown."""
+
+    def __init__(self, max_messages: int, *, on_evict: Optional[EvictHook] = None) -> None:
+        super().__init__(on_evict=on_evict)
+        self.max_messages = _check_budget("max_messages", max_messages)
+
+    def _cost(self, message: Message) -> int:
+        return 1
+
+    def _needs_fold(self) -> bool:
+        return self._ledger.dirty or len(self._ledger.items) > self.max_messages
+
+    def _plan(self) -> Optional[Plan]:
+        return self._ledger.plan_budget(self.max_messages, self.max_messages)
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, max_messages: int, on_evict: Optional[EvictHook] = None
+    ) -> WindowMemory:
+        """Restore ``to_dict()`` output verbatim; the window applies from the next add."""
+        return cls(max_messages, on_evict=on_evict)._load(data)
+
+
+def _require_summarizer(summarize_fn: object) -> None:
+    if summarize_fn is None:
+        raise ValueError("summarize_fn is required: a summary-only memory has nowhere else to keep turns")
+
+
+class SummaryMemory(_Everything, _SyncFolding):
+    """Summary only: every add folds the pending buffer (all but pinned messages) into the summary
+    with one call. If the call fails the message stays in the buffer until the next add folds it."""
+
+    _async_twin = "AsyncSummaryMemory"
+
+    def __init__(self, summarize_fn: SummarizeFn, *, on_evict: Optional[EvictHook] = None) -> None:
+        _require_summarizer(summarize_fn)
+        super().__init__(summarize_fn, on_evict=on_evict)
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, summarize_fn: SummarizeFn, on_evict: Optional[EvictHook] = None
+    ) -> SummaryMemory:
+        """Restore ``to_dict()`` output verbatim, without folding."""
+        return cls(summarize_fn, on_evict=on_evict)._load(data)
+
+
+class AsyncSummaryMemory(_Everything, _AsyncMemory):
+    """:class:`SummaryMemory` for async code, with the concurrency guarantees of
+    :class:`AsyncRollingMemory`."""
+
+    _async_twin = "AsyncSummaryMemory"
+
+    def __init__(
+        self,
+        summarize_fn: Union[SummarizeFn, AsyncSummarizeFn],
+        *,
+        on_evict: Optional[EvictHook] = None,
+        background: bool = False,
+    ) -> None:
+        _require_summarizer(summarize_fn)
+        super().__init__(summarize_fn, on_evict=on_evict, background=background)
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        summarize_fn: Union[SummarizeFn, AsyncSummarizeFn],
+        on_evict: Optional[EvictHook] = None,
+        background: bool = False,
+    ) -> AsyncSummaryMemory:
+        """Restore ``to_dict()`` output verbatim, without folding."""
+        return cls(summarize_fn, on_evict=on_evict, background=background)._load(data)
