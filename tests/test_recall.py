@@ -20,13 +20,10 @@ def test_usable_as_on_evict() -> None:
     mem.add_assistant_message("noted")
     mem.add_user_message("I lived in Korea")
     mem.add_assistant_message("ok")
-    assert index.messages == [
-        Message("user", "my favourite colour is teal"),
-        Message("assistant", "noted"),
-    ]
-    assert index.recall("teal", "korea") == [
-        RecallHit(Message("user", "my favourite colour is teal"), ("teal",))
-    ]
+    teal, korea = Message("user", "my favourite colour is teal"), Message("user", "I lived in Korea")
+    assert index.messages == [teal, Message("assistant", "noted"), korea]
+    assert mem.buffer == [Message("assistant", "ok")]
+    assert index.recall("teal", "korea") == [RecallHit(teal, ("teal",)), RecallHit(korea, ("korea",))]
 
 
 def test_whole_words_case_insensitive_oldest_first() -> None:
