@@ -43,8 +43,9 @@ def fold_text(summary: str, messages: Sequence[Message]) -> str:
 class RecordingSummarizer:
     """A ``summarize_fn`` that records every call and returns :func:`fold_text`.
 
-    - ``calls``: ``(summary, messages)`` of every call, failed ones included, in call order.
-    - ``results``: what each successful call returned (``None`` for a failed call).
+    - ``calls``: ``(summary, messages)`` of every call, in call order, recorded when the call starts.
+    - ``results``: per call, what it returned (``None`` while running, and for a failed call).
+    - ``finished`` / ``failures``: how many calls returned or raised so far.
     - ``folded``: the messages of the successful calls, concatenated.
     - set ``fail = True`` to make calls raise :class:`SummarizerDown` (still recorded).
     - ``delay`` seconds are slept inside each call (for thread tests).
@@ -53,25 +54,38 @@ class RecordingSummarizer:
     def __init__(self, delay: float = 0.0) -> None:
         self.calls: list[tuple[str, tuple[Message, ...]]] = []
         self.results: list[str | None] = []
+        self.finished = 0
+        self.failures = 0
         self.fail = False
         self.delay = delay
         self._lock = threading.Lock()
 
-    def _record(self, summary: str, messages: Sequence[Message]) -> str:
-        batch = tuple(messages)
+    def _start(self, summary: str, messages: Sequence[Message]) -> int:
         with self._lock:
-            self.calls.append((summary, batch))
+            self.calls.append((summary, tuple(messages)))
+            self.results.append(None)
+            return len(self.calls) - 1
+
+    def _finish(self, index: int) -> str:
+        with self._lock:
+            self.finished += 1
             if self.fail:
-                self.results.append(None)
+                self.failures += 1
                 raise SummarizerDown("summarizer down")
+            summary, batch = self.calls[index]
             result = fold_text(summary, batch)
-            self.results.append(result)
+            self.results[index] = result
             return result
 
     def __call__(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
         if self.delay:
             time.sleep(self.delay)
-        return self._record(summary, messages)
+        return self._finish(index)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.calls) - self.finished
 
     @property
     def folded(self) -> list[Message]:
@@ -83,7 +97,7 @@ class RecordingSummarizer:
 class AsyncRecordingSummarizer(RecordingSummarizer):
     """The coroutine twin: pass ``rec.summarize`` (a coroutine function) to the async classes.
 
-    ``summarize`` yields to the loop ``yields`` times (and sleeps ``delay``) before recording.
+    ``summarize`` yields to the loop ``yields`` times (and sleeps ``delay``) between start and finish.
     """
 
     def __init__(self, delay: float = 0.0, yields: int = 1) -> None:
@@ -91,11 +105,12 @@ class AsyncRecordingSummarizer(RecordingSummarizer):
         self.yields = yields
 
     async def summarize(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
         for _ in range(self.yields):
             await asyncio.sleep(0)
         if self.delay:
             await asyncio.sleep(self.delay)
-        return self._record(summary, messages)
+        return self._finish(index)
 
 
 def char_count(text: str) -> int:

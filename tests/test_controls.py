@@ -623,3 +623,30 @@ def test_foreground_add_waits_for_the_fold(char_counter: Callable[[str], int]) -
         assert (mem.summary, contents(mem)) == ("a", ["b"])
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("action", ["clear", "pin", "assign"])
+def test_background_adds_after_a_discarded_fold_are_still_folded(action: str) -> None:
+    """A clear/pin/assignment discards the fold in flight; the adds that follow it still get folded."""
+
+    async def main() -> AsyncRollingMemory:
+        gated = Gated()
+        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gated, token_counter=len, background=True)
+        await mem.add_user_message("a", id="a")
+        await mem.add_user_message("b", id="b")
+        await asyncio.wait_for(gated.entered.wait(), timeout=5)
+        if action == "clear":
+            mem.clear()
+        elif action == "pin":
+            mem.pin("b")
+        else:
+            mem.buffer = list(mem.buffer)
+        await mem.add_user_message("c")
+        await mem.add_user_message("d")
+        gated.gate.set()
+        await mem.flush()
+        return mem
+
+    mem = asyncio.run(main())
+    unpinned = [m.content for m in mem.buffer if not m.pinned]
+    assert unpinned == ["d"]
