@@ -360,3 +360,48 @@ def test_every_class_round_trips_the_same_state(cls: Any, config: dict[str, Any]
     assert mem.to_dict() == FULL_STATE
     assert mem.get_messages()[0] == Message("system", "so far")
     assert len(mem.get_messages()) == 5
+
+
+# --- the journal hook (private, used by rollmem.sessions) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: BufferMemory(), lambda: WindowMemory(2), lambda: SummaryMemory(lambda s, m: s + str(len(m)))],
+    ids=["BufferMemory", "WindowMemory", "SummaryMemory"],
+)
+def test_journal_and_replay(make: Any) -> None:
+    source = make()
+    source._journal = []
+    first = source.add_user_message("a", id="a", pinned=True)
+    source.add_assistant_message("b")
+    source.unpin("a")
+    source.pin("a")
+    source.extend([Message("user", "c")])
+    source.add_user_message("d")
+    assert source._journal[0] == ("add", first)
+    assert [entry[0] for entry in source._journal] == ["add", "add", "unpin", "pin", "extend", "add"]
+    target = make()
+    target._replay(source._journal)
+    assert target.to_dict() == source.to_dict()
+
+
+def test_async_journal_and_areplay(recorder: Any) -> None:
+    async def main() -> None:
+        source = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
+        source._journal = []
+        await source.add_user_message("a", id="a", pinned=True)
+        await source.add_user_message("b")
+        source.unpin("a")
+        await source.fold()
+        assert source._journal == [
+            ("add", Message("user", "a", id="a", pinned=True)),
+            ("add", Message("user", "b")),
+            ("unpin", "a"),
+            ("fold", 0),
+        ]
+        target = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
+        await target._areplay(source._journal)
+        assert target.to_dict() == source.to_dict() == {"version": 2, "summary": "11", "buffer": []}
+
+    asyncio.run(main())
