@@ -247,3 +247,23 @@ def test_journal_and_areplay(char_counter: Callable[[str], int]) -> None:
         )
 
     asyncio.run(main())
+
+
+def test_from_dict_takes_the_same_configuration(char_counter: Callable[[str], int], recorder: Any) -> None:
+    data = {"version": 1, "summary": "", "buffer": [{"role": "user", "content": "abc"}]}
+
+    async def main() -> AsyncRollingMemory:
+        mem = AsyncRollingMemory.from_dict(
+            data,
+            max_tokens=4,
+            target_tokens=2,
+            summarize_fn=recorder,
+            token_counter=char_counter,
+            background=True,
+        )
+        await mem.add_user_message("de")
+        await mem.flush()
+        return mem
+
+    mem = asyncio.run(main())
+    assert (mem.summary, contents(mem), mem.target_tokens) == ("abc", ["de"], 2)

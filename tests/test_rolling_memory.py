@@ -486,3 +486,16 @@ def test_replay_reapplies_entries_through_the_public_methods(char_counter: Calla
     assert target.to_dict() == source.to_dict()
     assert target.buffer == [Message("user", "aaa", id="a", pinned=True), Message("user", "dd")]
     assert target.summary == "**"
+
+
+def test_pin_and_unpin_recount_nothing() -> None:
+    count, seen = counting(len)
+    mem = RollingMemory(token_counter=count)
+    mem.add_user_message("a", id="a")
+    mem.add_user_message("b")
+    mem.pin("a")
+    mem.unpin("a")
+    mem.pin("a")
+    mem.add_user_message("c")
+    assert seen == ["a", "b", "c"]
+    assert mem.stats().buffer_tokens == 3
