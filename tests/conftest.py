@@ -9,7 +9,8 @@ accumulates the folded messages, so a test can prove each message was folded exa
 
 Fixtures: ``char_counter`` (``len(text)``), ``word_counter`` (``len(text.split())``),
 ``recorder`` / ``make_recorder`` (sync), ``async_recorder`` / ``make_async_recorder``
-(pass ``rec.summarize`` to the async classes), ``failing_summarizer``.
+(pass ``rec.summarize`` to the async classes), ``failing_summarizer``, and ``make_gate`` /
+``make_async_gate`` (summarizers that block until released, to act while a fold is in flight).
 Hypothesis state machines cannot take fixtures: build them inside a test that receives
 ``make_recorder`` / ``make_async_recorder`` (factories returning new recorders).
 """
@@ -88,6 +89,11 @@ class RecordingSummarizer:
         return len(self.calls) - self.finished
 
     @property
+    def texts(self) -> list[tuple[str, list[str]]]:
+        """``calls`` with each message replaced by its content: ``[("", ["a", "b"]), ...]``."""
+        return [(summary, [m.content for m in batch]) for summary, batch in self.calls]
+
+    @property
     def folded(self) -> list[Message]:
         return [
             m for (_, batch), result in zip(self.calls, self.results) if result is not None for m in batch
@@ -110,6 +116,54 @@ class AsyncRecordingSummarizer(RecordingSummarizer):
             await asyncio.sleep(0)
         if self.delay:
             await asyncio.sleep(self.delay)
+        return self._finish(index)
+
+
+GATE_TIMEOUT = 10.0
+
+
+class GatedSummarizer(RecordingSummarizer):
+    """A recorder whose calls block until ``release`` is set, so a test can act while a fold is
+    in flight; ``entered`` is set when a call starts. Raises ``TimeoutError`` if never released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
+        self.entered.set()
+        if not self.release.wait(GATE_TIMEOUT):
+            raise TimeoutError("the gate was never released")
+        return self._finish(index)
+
+
+class AsyncGatedSummarizer(RecordingSummarizer):
+    """The coroutine twin of :class:`GatedSummarizer` (pass ``gate.summarize``). Build it inside the
+    running loop. Also counts ``cancelled`` calls and the most calls running at once (``max_active``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = 0
+        self.active = 0
+        self.max_active = 0
+
+    async def summarize(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
+        self.entered.set()
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            self.finished += 1
+            raise
+        finally:
+            self.active -= 1
         return self._finish(index)
 
 
@@ -155,6 +209,18 @@ def async_recorder() -> AsyncRecordingSummarizer:
 def make_async_recorder() -> Callable[..., AsyncRecordingSummarizer]:
     """A factory: ``make_async_recorder(delay=0.0, yields=1)``."""
     return AsyncRecordingSummarizer
+
+
+@pytest.fixture
+def make_gate() -> Callable[[], GatedSummarizer]:
+    """A factory of :class:`GatedSummarizer` (a summarizer that blocks until released)."""
+    return GatedSummarizer
+
+
+@pytest.fixture
+def make_async_gate() -> Callable[[], AsyncGatedSummarizer]:
+    """A factory of :class:`AsyncGatedSummarizer`; call it inside the running event loop."""
+    return AsyncGatedSummarizer
 
 
 @pytest.fixture

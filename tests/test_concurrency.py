@@ -106,25 +106,6 @@ def test_threads_with_a_flaky_summarizer(make_recorder: Callable[..., Any]) -> N
     check_summary_chain(rec, mem.summary)
 
 
-class Gate:
-    """A sync summarizer that blocks until released, so a test can act while a fold is in flight."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.calls: list[tuple[str, list[str]]] = []
-
-    def __call__(self, summary: str, messages: Sequence[Message]) -> str:
-        self.calls.append((summary, [m.content for m in messages]))
-        self.entered.set()
-        assert self.release.wait(WAIT)
-        return (
-            "|".join([summary, *(m.content for m in messages)])
-            if summary
-            else "|".join(m.content for m in messages)
-        )
-
-
 def in_thread(function: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     outcome: list[Any] = []
 
@@ -140,27 +121,27 @@ def in_thread(function: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]
 
 
 def fold_in_flight(
-    on_evict: Callable[[Sequence[Message]], None],
-) -> tuple[RollingMemory, Gate, threading.Thread, list[Any]]:
-    """A memory holding ``a``; a thread adds ``b`` and blocks in the fold of ``a``."""
-    gate = Gate()
+    gate: Any, on_evict: Callable[[Sequence[Message]], None]
+) -> tuple[RollingMemory, threading.Thread, list[Any]]:
+    """A memory holding ``a``; a thread adds ``b`` and blocks in the fold of ``a`` (``gate``)."""
     mem = RollingMemory(max_tokens=1, summarize_fn=gate, token_counter=len, on_evict=on_evict)
     mem.add_user_message("a", id="a")
     thread, outcome = in_thread(lambda: mem.add_user_message("b", id="b"))
     assert gate.entered.wait(WAIT)
-    return mem, gate, thread, outcome
+    return mem, thread, outcome
 
 
-def finish(gate: Gate, thread: threading.Thread, outcome: list[Any]) -> None:
+def finish(gate: Any, thread: threading.Thread, outcome: list[Any]) -> None:
     gate.release.set()
     thread.join(WAIT)
     assert not thread.is_alive()
     assert outcome == [Message("user", "b", id="b")]
 
 
-def test_clear_during_a_threaded_fold_wins() -> None:
+def test_clear_during_a_threaded_fold_wins(make_gate: Callable[[], Any]) -> None:
     evicted: list[Sequence[Message]] = []
-    mem, gate, thread, outcome = fold_in_flight(evicted.append)
+    gate = make_gate()
+    mem, thread, outcome = fold_in_flight(gate, evicted.append)
     mem.clear()
     finish(gate, thread, outcome)
     assert (mem.summary, mem.buffer) == ("", [])
@@ -169,18 +150,20 @@ def test_clear_during_a_threaded_fold_wins() -> None:
     assert [m.content for m in mem.buffer] == ["c"]
 
 
-def test_buffer_assignment_during_a_threaded_fold_wins() -> None:
+def test_buffer_assignment_during_a_threaded_fold_wins(make_gate: Callable[[], Any]) -> None:
     evicted: list[Sequence[Message]] = []
-    mem, gate, thread, outcome = fold_in_flight(evicted.append)
+    gate = make_gate()
+    mem, thread, outcome = fold_in_flight(gate, evicted.append)
     mem.buffer = [Message("user", "x")]
     finish(gate, thread, outcome)
     assert (mem.summary, mem.buffer) == ("", [Message("user", "x")])
     assert evicted == []
 
 
-def test_pin_during_a_threaded_fold_wins() -> None:
+def test_pin_during_a_threaded_fold_wins(make_gate: Callable[[], Any]) -> None:
     evicted: list[Sequence[Message]] = []
-    mem, gate, thread, outcome = fold_in_flight(evicted.append)
+    gate = make_gate()
+    mem, thread, outcome = fold_in_flight(gate, evicted.append)
     mem.pin("a")
     finish(gate, thread, outcome)
     assert mem.summary == ""
@@ -188,8 +171,8 @@ def test_pin_during_a_threaded_fold_wins() -> None:
     assert evicted == []
 
 
-def test_threaded_folds_are_serialized_and_recut() -> None:
-    gate = Gate()
+def test_threaded_folds_are_serialized_and_recut(make_gate: Callable[[], Any]) -> None:
+    gate = make_gate()
     mem = RollingMemory(max_tokens=2, summarize_fn=gate, token_counter=len)
     mem.add_user_message("a")
     mem.add_user_message("b")
@@ -202,7 +185,7 @@ def test_threaded_folds_are_serialized_and_recut() -> None:
     gate.release.set()
     first.join(WAIT)
     second.join(WAIT)
-    assert gate.calls == [("", ["a"]), ("a", ["b"])]
+    assert gate.texts == [("", ["a"]), ("a", ["b"])]
     assert (mem.summary, [m.content for m in mem.buffer]) == ("a|b", ["c", "d"])
     assert first_outcome == [Message("user", "c")]
     assert second_outcome == [Message("user", "d")]
@@ -262,33 +245,13 @@ def test_many_tasks_on_async_summary_memory(make_async_recorder: Callable[..., A
     check_summary_chain(rec, mem.summary)
 
 
-class AsyncGate:
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.calls: list[tuple[str, list[str]]] = []
-        self.cancelled = 0
-
-    async def __call__(self, summary: str, messages: Sequence[Message]) -> str:
-        self.calls.append((summary, [m.content for m in messages]))
-        self.entered.set()
-        try:
-            await self.release.wait()
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        return (
-            "|".join([summary, *(m.content for m in messages)])
-            if summary
-            else "|".join(m.content for m in messages)
-        )
-
-
-def test_clear_during_an_async_fold_wins() -> None:
+def test_clear_during_an_async_fold_wins(make_async_gate: Callable[[], Any]) -> None:
     async def main() -> None:
-        gate = AsyncGate()
+        gate = make_async_gate()
         evicted: list[Sequence[Message]] = []
-        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gate, token_counter=len, on_evict=evicted.append)
+        mem = AsyncRollingMemory(
+            max_tokens=1, summarize_fn=gate.summarize, token_counter=len, on_evict=evicted.append
+        )
         await mem.add_user_message("a")
         task = asyncio.ensure_future(mem.add_user_message("b"))
         await asyncio.wait_for(gate.entered.wait(), WAIT)
@@ -300,10 +263,10 @@ def test_clear_during_an_async_fold_wins() -> None:
     asyncio.run(main())
 
 
-def test_pin_during_an_async_fold_wins() -> None:
+def test_pin_during_an_async_fold_wins(make_async_gate: Callable[[], Any]) -> None:
     async def main() -> None:
-        gate = AsyncGate()
-        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gate, token_counter=len)
+        gate = make_async_gate()
+        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gate.summarize, token_counter=len)
         await mem.add_user_message("a", id="a")
         task = asyncio.ensure_future(mem.add_user_message("b"))
         await asyncio.wait_for(gate.entered.wait(), WAIT)
@@ -316,11 +279,13 @@ def test_pin_during_an_async_fold_wins() -> None:
     asyncio.run(main())
 
 
-def test_cancelled_fold_leaves_the_state_untouched() -> None:
+def test_cancelled_fold_leaves_the_state_untouched(make_async_gate: Callable[[], Any]) -> None:
     async def main() -> None:
-        gate = AsyncGate()
+        gate = make_async_gate()
         evicted: list[Sequence[Message]] = []
-        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gate, token_counter=len, on_evict=evicted.append)
+        mem = AsyncRollingMemory(
+            max_tokens=1, summarize_fn=gate.summarize, token_counter=len, on_evict=evicted.append
+        )
         mem.summary = "s"
         await mem.add_user_message("a")
         task = asyncio.ensure_future(mem.add_user_message("b"))
@@ -333,15 +298,15 @@ def test_cancelled_fold_leaves_the_state_untouched() -> None:
         gate.release.set()
         await asyncio.wait_for(mem.add_user_message("c"), WAIT)  # the fold lock was released
         assert (mem.summary, [m.content for m in mem.buffer]) == ("s|a|b", ["c"])
-        assert gate.calls == [("s", ["a"]), ("s", ["a", "b"])]
+        assert gate.texts == [("s", ["a"]), ("s", ["a", "b"])]
 
     asyncio.run(main())
 
 
-def test_async_folds_are_serialized_and_recut() -> None:
+def test_async_folds_are_serialized_and_recut(make_async_gate: Callable[[], Any]) -> None:
     async def main() -> None:
-        gate = AsyncGate()
-        mem = AsyncRollingMemory(max_tokens=2, summarize_fn=gate, token_counter=len)
+        gate = make_async_gate()
+        mem = AsyncRollingMemory(max_tokens=2, summarize_fn=gate.summarize, token_counter=len)
         await mem.add_user_message("a")
         await mem.add_user_message("b")
         first = asyncio.ensure_future(mem.add_user_message("c"))
@@ -353,7 +318,7 @@ def test_async_folds_are_serialized_and_recut() -> None:
         assert [m.content for m in mem.buffer] == ["a", "b", "c", "d"]
         gate.release.set()
         await asyncio.wait_for(asyncio.gather(first, second), WAIT)
-        assert gate.calls == [("", ["a"]), ("a", ["b"])]
+        assert gate.texts == [("", ["a"]), ("a", ["b"])]
         assert (mem.summary, [m.content for m in mem.buffer]) == ("a|b", ["c", "d"])
 
     asyncio.run(main())

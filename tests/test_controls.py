@@ -504,40 +504,13 @@ def test_extend_failure_leaves_the_appended_state(char_counter: Callable[[str], 
 # --- 7. background folding ------------------------------------------------------------------------------
 
 
-class Gated:
-    """An async summarizer that waits for ``gate`` before answering, counting concurrent calls."""
-
-    def __init__(self) -> None:
-        self.gate = asyncio.Event()
-        self.entered = asyncio.Event()
-        self.active = 0
-        self.max_active = 0
-        self.calls: list[tuple[str, list[str]]] = []
-        self.fail = False
-
-    async def __call__(self, summary: str, messages: Sequence[Message]) -> str:
-        self.calls.append((summary, [m.content for m in messages]))
-        self.active += 1
-        self.max_active = max(self.max_active, self.active)
-        self.entered.set()
-        try:
-            await self.gate.wait()
-        finally:
-            self.active -= 1
-        if self.fail:
-            raise RuntimeError("summarizer down")
-        return (
-            "|".join([summary, *(m.content for m in messages)])
-            if summary
-            else "|".join(m.content for m in messages)
-        )
-
-
-def test_background_add_returns_before_the_fold(char_counter: Callable[[str], int]) -> None:
+def test_background_add_returns_before_the_fold(
+    char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
+) -> None:
     async def main() -> None:
-        gated = Gated()
+        gated = make_async_gate()
         mem = AsyncRollingMemory(
-            max_tokens=2, summarize_fn=gated, token_counter=char_counter, background=True
+            max_tokens=2, summarize_fn=gated.summarize, token_counter=char_counter, background=True
         )
         await mem.add_user_message("a")
         await mem.add_user_message("b")
@@ -546,23 +519,25 @@ def test_background_add_returns_before_the_fold(char_counter: Callable[[str], in
         assert mem.get_messages() == [Message("user", "a"), Message("user", "b"), Message("user", "c")]
         await mem.add_user_message("d")
         assert contents(mem) == ["a", "b", "c", "d"]
-        gated.gate.set()
+        gated.release.set()
         await mem.flush()
         assert gated.max_active == 1
         assert mem.summary + "|" + "|".join(contents(mem)) == "a|b|c|d"
         assert mem.stats().buffer_tokens <= 2
-        assert gated.calls[0] == ("", ["a"])
+        assert gated.texts[0] == ("", ["a"])
 
     asyncio.run(main())
 
 
-def test_background_flush_reraises_the_failure_once(char_counter: Callable[[str], int]) -> None:
+def test_background_flush_reraises_the_failure_once(
+    char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
+) -> None:
     async def main() -> None:
-        gated = Gated()
+        gated = make_async_gate()
         gated.fail = True
-        gated.gate.set()
+        gated.release.set()
         mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=gated, token_counter=char_counter, background=True
+            max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter, background=True
         )
         await mem.add_user_message("a")
         await mem.add_user_message("b")
@@ -582,17 +557,19 @@ def test_background_flush_reraises_the_failure_once(char_counter: Callable[[str]
     asyncio.run(main())
 
 
-def test_background_clear_wins(char_counter: Callable[[str], int]) -> None:
+def test_background_clear_wins(
+    char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
+) -> None:
     async def main() -> None:
-        gated = Gated()
+        gated = make_async_gate()
         mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=gated, token_counter=char_counter, background=True
+            max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter, background=True
         )
         await mem.add_user_message("a")
         await mem.add_user_message("b")
         await asyncio.wait_for(gated.entered.wait(), timeout=5)
         mem.clear()
-        gated.gate.set()
+        gated.release.set()
         await mem.flush()
         assert (mem.summary, mem.buffer) == ("", [])
 
@@ -610,15 +587,17 @@ def test_flush_without_folds_returns() -> None:
     asyncio.run(main())
 
 
-def test_foreground_add_waits_for_the_fold(char_counter: Callable[[str], int]) -> None:
+def test_foreground_add_waits_for_the_fold(
+    char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
+) -> None:
     async def main() -> None:
-        gated = Gated()
-        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gated, token_counter=char_counter)
+        gated = make_async_gate()
+        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter)
         await mem.add_user_message("a")
         task = asyncio.ensure_future(mem.add_user_message("b"))
         await asyncio.wait_for(gated.entered.wait(), timeout=5)
         assert not task.done()
-        gated.gate.set()
+        gated.release.set()
         await task
         assert (mem.summary, contents(mem)) == ("a", ["b"])
 
@@ -626,12 +605,16 @@ def test_foreground_add_waits_for_the_fold(char_counter: Callable[[str], int]) -
 
 
 @pytest.mark.parametrize("action", ["clear", "pin", "assign"])
-def test_background_adds_after_a_discarded_fold_are_still_folded(action: str) -> None:
+def test_background_adds_after_a_discarded_fold_are_still_folded(
+    action: str, make_async_gate: Callable[[], Any]
+) -> None:
     """A clear/pin/assignment discards the fold in flight; the adds that follow it still get folded."""
 
     async def main() -> AsyncRollingMemory:
-        gated = Gated()
-        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gated, token_counter=len, background=True)
+        gated = make_async_gate()
+        mem = AsyncRollingMemory(
+            max_tokens=1, summarize_fn=gated.summarize, token_counter=len, background=True
+        )
         await mem.add_user_message("a", id="a")
         await mem.add_user_message("b", id="b")
         await asyncio.wait_for(gated.entered.wait(), timeout=5)
@@ -643,7 +626,7 @@ def test_background_adds_after_a_discarded_fold_are_still_folded(action: str) ->
             mem.buffer = list(mem.buffer)
         await mem.add_user_message("c")
         await mem.add_user_message("d")
-        gated.gate.set()
+        gated.release.set()
         await mem.flush()
         return mem
 

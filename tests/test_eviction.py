@@ -308,6 +308,7 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("summarize", [True, False], ids=["summarized", "dropped"])
 @pytest.mark.parametrize(
     ("buffer", "new", "max_tokens", "target", "evicted", "kept"),
     [case[1:] for case in CASES],
@@ -320,48 +321,24 @@ def test_eviction_after_an_add(
     target: Optional[int],
     evicted: list[str],
     kept: list[str],
+    summarize: bool,
 ) -> None:
     folds = Folds()
-    mem = RollingMemory.from_dict(
-        state(buffer, "S"),
-        max_tokens=max_tokens,
-        target_tokens=target,
-        summarize_fn=folds,
-        token_counter=cost,
-    )
-    assert folds.batches == []
-    add(mem, new)
-    assert ids(mem.buffer) == kept
-    assert folds.batches == ([evicted] if evicted else [])
-    assert mem.summary == "S" + "".join(f"<{name}>" for name in evicted)
-    assert [m.pinned for m in mem.buffer] == [m.pinned for m in [*buffer, new] if m.id in kept]
-
-
-@pytest.mark.parametrize(
-    ("buffer", "new", "max_tokens", "target", "evicted", "kept"),
-    [case[1:] for case in CASES],
-    ids=[case[0] for case in CASES],
-)
-def test_eviction_without_summarizer_drops_the_same_messages(
-    buffer: list[Message],
-    new: Message,
-    max_tokens: int,
-    target: Optional[int],
-    evicted: list[str],
-    kept: list[str],
-) -> None:
     gone: list[list[str]] = []
     mem = RollingMemory.from_dict(
         state(buffer, "S"),
         max_tokens=max_tokens,
         target_tokens=target,
+        summarize_fn=folds if summarize else None,
         token_counter=cost,
         on_evict=lambda ms: gone.append(ids(ms)),
     )
     add(mem, new)
     assert ids(mem.buffer) == kept
     assert gone == ([evicted] if evicted else [])
-    assert mem.summary == "S"
+    assert folds.batches == (gone if summarize else [])
+    assert mem.summary == "S" + ("".join(f"<{name}>" for name in evicted) if summarize else "")
+    assert [m.pinned for m in mem.buffer] == [m.pinned for m in [*buffer, new] if m.id in kept]
 
 
 WINDOW_CASES = [
