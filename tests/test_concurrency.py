@@ -41,6 +41,16 @@ def check_summary_chain(rec: Any, summary: str) -> None:
 # --- threads --------------------------------------------------------------------------------------------
 
 
+def run_writers(writer: Callable[[str], None], count: int, prefix: str) -> None:
+    """Run ``writer(name)`` in ``count`` threads at once and wait for all of them."""
+    threads = [threading.Thread(target=writer, args=(f"{prefix}{k}",)) for k in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT * 6)
+    assert not any(thread.is_alive() for thread in threads)
+
+
 def test_threads_adding_concurrently_with_a_slow_summarizer(make_recorder: Callable[..., Any]) -> None:
     rec = make_recorder(delay=0.0005)
     evicted: list[Message] = []
@@ -56,11 +66,7 @@ def test_threads_adding_concurrently_with_a_slow_summarizer(make_recorder: Calla
             with lock:
                 added.append(m)
 
-    threads = [threading.Thread(target=writer, args=(f"t{k}",)) for k in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT * 6)
+    run_writers(writer, 8, "t")
     assert len(added) == 1200
     check_no_loss(added, rec.folded, mem.buffer)
     check_summary_chain(rec, mem.summary)
@@ -95,11 +101,7 @@ def test_threads_with_a_flaky_summarizer(make_recorder: Callable[..., Any]) -> N
             with lock:
                 added.append(m)
 
-    threads = [threading.Thread(target=writer, args=(f"w{k}",)) for k in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT * 6)
+    run_writers(writer, 6, "w")
     assert len(added) == 600
     assert rec.failures > 0
     check_no_loss(added, rec.folded, mem.buffer)
