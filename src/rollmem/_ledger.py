@@ -278,37 +278,27 @@ class Ledger:
         units = self._units
         offset = self._offset
         stop = units[plan.units - 1].stop
+        head = stop - offset
         cut = [units.popleft() for _ in range(plan.units)]
         kept = [unit for unit in cut if unit.pinned]
-        removed = sum(unit.stop - unit.start for unit in cut) - sum(u.stop - u.start for u in kept)
-        new_offset = offset + removed
-
-        kept_positions: list[int] = []
-        next_start = new_offset
-        for unit in kept:
-            kept_positions.extend(range(unit.start - offset, unit.stop - offset))
-            unit.stop = next_start + (unit.stop - unit.start)
-            unit.start = next_start
-            next_start = unit.stop
-        units.extendleft(reversed(kept))
-
+        new_offset = offset + head - sum(unit.stop - unit.start for unit in kept)
         shadow = self._shadow
-        head = stop - offset
-        affected = {call.id for message in shadow[:head] for call in message.tool_calls}
-        new_index = {offset + p: new_offset + i for i, p in enumerate(kept_positions)}
-        for call_id in affected:
-            callers = self._calls[call_id]
-            renamed = [new_index[index] for index in callers if index in new_index]
-            rest = [index for index in callers if index >= stop]
-            if renamed or rest:
-                self._calls[call_id] = renamed + rest
-            else:
-                del self._calls[call_id]
-
+        kept_positions: list[int] = []
+        if kept:
+            next_start = new_offset
+            for unit in kept:
+                kept_positions.extend(range(unit.start - offset, unit.stop - offset))
+                unit.stop = next_start + (unit.stop - unit.start)
+                unit.start = next_start
+                next_start = unit.stop
+            units.extendleft(reversed(kept))
+        if self._calls:
+            self._renumber_calls(
+                shadow[:head], stop, {offset + p: new_offset + i for i, p in enumerate(kept_positions)}
+            )
         anchors = self._anchors
         while anchors and anchors[0] < stop:
             anchors.popleft()
-
         kept_messages = [shadow[p] for p in kept_positions]
         kept_costs = [self._costs[p] for p in kept_positions]
         list.__setitem__(self.items, slice(0, head), kept_messages)
@@ -318,3 +308,15 @@ class Ledger:
         self.total -= plan.cost
         self.epoch += 1
         return True
+
+    def _renumber_calls(self, cut: list[Message], stop: int, moved: dict[int, int]) -> None:
+        """Drop the callers that left (absolute index below ``stop``) and renumber the pinned ones
+        that ``moved``."""
+        for call_id in {call.id for message in cut for call in message.tool_calls}:
+            callers = self._calls[call_id]
+            kept = [moved[index] for index in callers if index in moved]
+            kept.extend(index for index in callers if index >= stop)
+            if kept:
+                self._calls[call_id] = kept
+            else:
+                del self._calls[call_id]

@@ -1,0 +1,44 @@
+"""JSON Lines of OpenAI-style messages: the command line's input format and the bundled sample."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from importlib import resources
+
+from .adapters import from_openai
+from .errors import InvalidStateError
+from .message import Message
+
+SAMPLE = "sample_conversation.jsonl"
+
+
+class JsonlError(ValueError):
+    """A line that is not an OpenAI-style message; the text names the source and line."""
+
+
+def read_messages(lines: Iterable[str], source: str) -> list[Message]:
+    """One message per non-blank line: ``{"role", "content", "tool_calls", "tool_call_id", ...}``."""
+    messages: list[Message] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise JsonlError(f"{where}: not valid JSON: {error.msg} (column {error.colno})") from None
+        try:
+            (message,) = from_openai([item])
+        except InvalidStateError as error:
+            field = error.path[len("items[0]") :].lstrip(".")
+            raise JsonlError(f"{where}: {field + ': ' if field else ''}{error.problem}") from None
+        messages.append(message)
+    return messages
+
+
+def sample_conversation() -> list[Message]:
+    """The conversation shipped with rollmem: a user planning a trip to Korea with an assistant that
+    calls tools (weather, currency, bookings); 325 messages."""
+    text = (resources.files("rollmem") / "data" / SAMPLE).read_text(encoding="utf-8")
+    return read_messages(text.splitlines(), SAMPLE)

@@ -1,0 +1,18 @@
+"""Plain-dict conversions between rollmem messages and provider request formats (no SDK imported).
+
+``to_openai``/``from_openai``: OpenAI Chat Completions messages. ``to_anthropic``/``from_anthropic``:
+the Anthropic Messages API ``system`` and ``messages``. LangChain objects are in
+:mod:`rollmem.adapters.langchain` (extra ``langchain``), which this package does not import.
+
+Every adapter: tool calls belong to assistant messages and ``tool_call_id`` to tool messages (other
+combinations raise ``ValueError``); rollmem fields a format cannot carry (``pinned``, most
+metadata) are not sent; errors name the bad item and field (``items[3].tool_calls[0].function.name:
+expected str, got int``) and are ``ValueError``/``TypeError`` subclasses from :mod:`rollmem.errors`.
+"""
+
+from __future__ import annotations
+
+from .anthropic import from_anthropic, to_anthropic
+from .openai import from_openai, to_openai
+
+__all__ = ["from_anthropic", "from_openai", "to_anthropic", "to_openai"]

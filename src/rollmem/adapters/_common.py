@@ -1,0 +1,132 @@
+"""What the provider adapters share: argument checks, text parts, tool-call JSON, carried metadata."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Optional
+
+from .. import _validate as v
+from ..errors import InvalidStateError, StateTypeError
+from ..message import ASSISTANT, TOOL, Message
+
+#: The metadata keys an adapter may carry: OpenAI/LangChain ``name``, Anthropic/LangChain tool errors.
+NAME = "name"
+IS_ERROR = "is_error"
+
+
+def _reject_scalar(value: object, path: str, expected: str) -> None:
+    if isinstance(value, (str, bytes, Mapping, Message)) or not isinstance(value, Iterable):
+        raise StateTypeError(path, f"expected {expected}, got {v.type_name(value)}")
+
+
+def check_messages(messages: Iterable[Message], fmt: Optional[str] = None) -> list[Message]:
+    """``messages`` as a list of :class:`Message`, errors naming ``messages[i]``. With ``fmt``,
+    also rejects what no provider format carries: tool calls off an assistant message, a
+    ``tool_call_id`` off a tool message."""
+    _reject_scalar(messages, "messages", "an iterable of Message")
+    result = list(messages)
+    for index, message in enumerate(result):
+        path = v.join("messages", index)
+        if not isinstance(message, Message):
+            raise StateTypeError(path, f"expected Message, got {v.type_name(message)}")
+        if fmt is not None:
+            check_fields(message.role, bool(message.tool_calls), message.tool_call_id is not None, path, fmt)
+    return result
+
+
+def check_fields(role: str, has_calls: bool, has_call_id: bool, path: str, fmt: str) -> None:
+    """Tool calls belong to assistant messages, ``tool_call_id`` to tool messages, in every format."""
+    if has_calls and role != ASSISTANT:
+        raise InvalidStateError(
+            v.join(path, "tool_calls"), f"only assistant messages carry tool calls in the {fmt} format"
+        )
+    if has_call_id and role != TOOL:
+        raise InvalidStateError(
+            v.join(path, "tool_call_id"), f"only tool messages carry a tool_call_id in the {fmt} format"
+        )
+
+
+def check_mappings(items: Iterable[Mapping[str, Any]], path: str) -> list[Mapping[str, Any]]:
+    """``items`` as a list of mappings, errors naming ``path[i]``."""
+    _reject_scalar(items, path, "an iterable of mappings")
+    return [v.expect_mapping(item, v.join(path, index)) for index, item in enumerate(items)]
+
+
+def text_of_parts(
+    parts: Iterable[Any], path: str, *, skip: Collection[str] = (), allow_str: bool = False, sep: str = "\n"
+) -> str:
+    """The text of a list of ``{"type": "text", "text": ...}`` parts, joined with ``sep``.
+
+    Part types in ``skip`` are passed over; any other type raises (nothing is dropped silently).
+    With ``allow_str``, a bare string is a text part too (LangChain content lists).
+    """
+    texts: list[str] = []
+    for index, part in enumerate(parts):
+        part_path = v.join(path, index)
+        if allow_str and isinstance(part, str):
+            texts.append(part)
+            continue
+        part = v.expect_mapping(part, part_path)
+        kind = v.get_str(part, "type", part_path)
+        if kind == "text":
+            texts.append(v.get_str(part, "text", part_path))
+        elif kind not in skip:
+            raise InvalidStateError(
+                v.join(part_path, "type"), f"unsupported part type {kind!r}; only text parts are supported"
+            )
+    return sep.join(texts)
+
+
+def name_of(message: Message) -> Optional[str]:
+    """The participant name a message carries in ``metadata["name"]``, when it is a str."""
+    name = message.metadata.get(NAME)
+    return name if isinstance(name, str) else None
+
+
+def is_error(message: Message) -> bool:
+    """Whether a tool message is marked ``metadata["is_error"] = True``."""
+    return message.metadata.get(IS_ERROR) is True
+
+
+def carried_metadata(name: Optional[str] = None, error: bool = False) -> dict[str, Any]:
+    """The metadata a converted message gets back from the fields a format carries."""
+    meta: dict[str, Any] = {}
+    if name is not None:
+        meta[NAME] = name
+    if error:
+        meta[IS_ERROR] = True
+    return meta
+
+
+def dump_arguments(value: Mapping[str, Any], path: str) -> str:
+    """A tool-call input as compact JSON (``{"a":1}``, non-ASCII kept), key order preserved."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise StateTypeError(path, f"not JSON-serializable: {exc}") from exc
+
+
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def load_arguments(arguments: str, path: str) -> dict[str, Any]:
+    """A tool call's ``arguments`` as a JSON object; ``""`` is ``{}``. Anything else raises."""
+    if not arguments:
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError as exc:
+        raise InvalidStateError(path, f"expected a JSON object, got invalid JSON ({exc})") from exc
+    if not isinstance(value, dict):
+        kind = "null" if value is None else _JSON_KINDS[type(value)]
+        raise InvalidStateError(path, f"expected a JSON object, got a JSON {kind}")
+    return value
+
+
+def try_load_arguments(arguments: str) -> Optional[dict[str, Any]]:
+    """:func:`load_arguments`, or ``None`` when ``arguments`` is not a JSON object."""
+    try:
+        return load_arguments(arguments, "")
+    except InvalidStateError:
+        return None

@@ -1,0 +1,412 @@
+"""The command line: ``python -m rollmem`` (also installed as ``rollmem``).
+
+- ``rollmem demo``: replays the bundled sample conversation through a ``RollingMemory`` with the
+  extractive summarizer, a progress line per fold, then the final context and stats. Offline.
+- ``rollmem replay FILE|-``: replays JSON Lines of OpenAI-style messages with the given budget,
+  counter and summarizer; prints the final context and a stats table (``--json``: one JSON object),
+  and can save the final state (``--save``).
+- ``rollmem inspect STATE.json``: validates a saved state and prints its summary, buffer and token
+  counts (``--json``: one JSON object).
+
+Exit status: 0 on success, 2 for bad arguments or unreadable/malformed input (one line on stderr,
+never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Callable, NoReturn, Optional, TextIO
+
+from . import BufferMemory, MemoryStats, Message, RollingMemory, SummarizeFn, TokenCounter, __version__
+from ._jsonl import JsonlError, read_messages, sample_conversation
+from .counters import chars, tiktoken_counter, words
+from .errors import InvalidStateError, MissingExtraError
+from .summarizers import extractive_summarizer
+
+__all__ = ["main"]
+
+DEMO_MAX_TOKENS = 300
+DEMO_TARGET_TOKENS = 200
+DEMO_SUMMARY_TOKENS = 250
+SUMMARY_TOKENS = 256
+
+
+class _Fail(Exception):
+    """An error reported as one line on stderr, with exit status 2."""
+
+
+# -- token counters by name ----------------------------------------------------------------------
+
+
+def _counter_spec(text: str) -> str:
+    name, _, option = text.partition(":")
+    if (name in ("words", "chars") and not option) or name == "tiktoken":
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: expected words, chars or tiktoken:ENCODING")
+
+
+def _counter(spec: str) -> TokenCounter:
+    name, _, encoding = spec.partition(":")
+    if name == "words":
+        return words
+    if name == "chars":
+        return chars()
+    try:
+        return tiktoken_counter(encoding or None)
+    except MissingExtraError as error:
+        raise _Fail(str(error)) from None
+    except Exception as error:  # tiktoken's own errors: unknown encoding, failed download
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise _Fail(f"cannot load the tiktoken encoding {encoding or 'o200k_base'!r}: {reason}") from None
+
+
+# -- input ---------------------------------------------------------------------------------------
+
+
+def _read_text(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise _Fail(f"cannot read {path}: {error}") from None
+
+
+# -- replaying a conversation --------------------------------------------------------------------
+
+
+class _Replay:
+    """Runs messages through a memory one add at a time, measuring what the memory does."""
+
+    def __init__(
+        self,
+        max_tokens: int,
+        target_tokens: Optional[int],
+        counter: TokenCounter,
+        summary_tokens: Optional[int],
+    ) -> None:
+        self.counter = counter
+        self.replayed = self.tokens_sent = self.peak_buffer_tokens = self.peak_context_tokens = 0
+        self.evictions: list[int] = []
+        summarize = (
+            None
+            if summary_tokens is None
+            else self._measuring(extractive_summarizer(summary_tokens, counter))
+        )
+        try:
+            self.memory = RollingMemory(
+                max_tokens, summarize, counter, target_tokens=target_tokens, on_evict=self._evicted
+            )
+        except (TypeError, ValueError) as error:
+            raise _Fail(str(error)) from None
+
+    def _measuring(self, summarize: SummarizeFn) -> SummarizeFn:
+        def measured(summary: str, messages: Sequence[Message]) -> str:
+            sent = self.counter(summary) if summary else 0
+            self.tokens_sent += sent + sum(self.counter(message.token_text()) for message in messages)
+            return summarize(summary, messages)
+
+        return measured
+
+    def _evicted(self, messages: Sequence[Message]) -> None:
+        self.evictions.append(len(messages))
+
+    def run(
+        self, messages: Sequence[Message], progress: Optional[Callable[[int, MemoryStats], None]] = None
+    ) -> None:
+        for message in messages:
+            seen = len(self.evictions)
+            self.memory.extend([message])
+            self.replayed += 1
+            stats = self.memory.stats()
+            buffer_tokens = stats.buffer_tokens or 0
+            self.peak_buffer_tokens = max(self.peak_buffer_tokens, buffer_tokens)
+            self.peak_context_tokens = max(
+                self.peak_context_tokens, buffer_tokens + (stats.summary_tokens or 0)
+            )
+            if progress is not None:
+                for evicted in self.evictions[seen:]:
+                    progress(evicted, stats)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "messages_replayed": self.replayed,
+            "tokens_sent_to_summarizer": self.tokens_sent,
+            "peak_buffer_tokens": self.peak_buffer_tokens,
+            "peak_context_tokens": self.peak_context_tokens,
+        }
+
+
+def _table(rows: Sequence[tuple[str, object]]) -> str:
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
+
+
+def _stats_table(replay: _Replay, summarizer: str) -> str:
+    stats = replay.memory.stats()
+    target = f", target {stats.target_tokens}" if stats.target_tokens != stats.max_tokens else ""
+    return _table(
+        [
+            ("messages replayed", replay.replayed),
+            ("summarizer", summarizer),
+            ("folds", stats.folds),
+            ("summarizer calls", stats.summarizer_calls),
+            ("failed folds", stats.failed_folds),
+            ("messages summarized", stats.messages_summarized),
+            ("messages dropped", stats.messages_dropped),
+            ("tokens sent to summarizer", replay.tokens_sent),
+            ("peak buffer tokens", f"{replay.peak_buffer_tokens} (max {stats.max_tokens}{target})"),
+            ("peak context tokens", f"{replay.peak_context_tokens} (summary + buffer)"),
+            ("buffer now", f"{stats.messages} messages, {stats.buffer_tokens} tokens"),
+            ("summary now", f"{stats.summary_tokens} tokens"),
+        ]
+    )
+
+
+def _section(out: TextIO, title: str, body: str) -> None:
+    out.write(f"\n== {title} ==\n{body}\n")
+
+
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    messages = sample_conversation()
+    # the assistant's instructions are pinned: a pinned message is never folded away
+    messages = [replace(m, pinned=True) if m.role == "system" else m for m in messages]
+    replay = _Replay(DEMO_MAX_TOKENS, DEMO_TARGET_TOKENS, words, DEMO_SUMMARY_TOKENS)
+    out.write(
+        f"rollmem demo: {len(messages)} messages of a trip-planning chat with tool calls, replayed into\n"
+        f"RollingMemory(max_tokens={DEMO_MAX_TOKENS}, target_tokens={DEMO_TARGET_TOKENS}) with "
+        f"extractive_summarizer(max_summary_tokens={DEMO_SUMMARY_TOKENS}); a token is a word.\n\n"
+    )
+
+    def progress(evicted: int, stats: MemoryStats) -> None:
+        out.write(
+            f"fold {stats.folds:>2} at message {replay.replayed:>3}: {evicted:>2} messages folded; "
+            f"buffer {stats.messages:>2} messages, {stats.buffer_tokens:>3} tokens; "
+            f"summary {stats.summary_tokens:>3} tokens\n"
+        )
+
+    replay.run(messages, progress)
+    _section(out, "final context: summary (a system turn), then the buffer", replay.memory.get_context())
+    _section(out, "stats", _stats_table(replay, "extractive"))
+    out.write("\nTry your own transcript: python -m rollmem replay chat.jsonl --max-tokens 2000\n")
+    return 0
+
+
+def _replay(args: argparse.Namespace, out: TextIO) -> int:
+    source = "<stdin>" if args.file == "-" else args.file
+    try:
+        messages = read_messages(_read_text(args.file).splitlines(), source)
+    except JsonlError as error:
+        raise _Fail(str(error)) from None
+    counter = _counter(args.counter)
+    summary_tokens = SUMMARY_TOKENS if args.summarizer == "extractive" else None
+    replay = _Replay(args.max_tokens, args.target_tokens, counter, summary_tokens)
+    replay.run(messages)
+    memory = replay.memory
+    if args.save is not None:
+        _save(args.save, memory.to_dict())
+    if args.json:
+        document = {
+            "context": [message.to_dict() for message in memory.get_messages()],
+            "stats": memory.stats().to_dict(),
+            "replay": {**replay.report(), "counter": args.counter, "summarizer": args.summarizer},
+        }
+        _dump(document, out)
+        return 0
+    _section(out, "final context", memory.get_context() or "(empty)")
+    _section(out, f"stats (counter: {args.counter})", _stats_table(replay, args.summarizer))
+    if args.save is not None:
+        out.write(f"\nstate saved to {args.save}\n")
+    return 0
+
+
+def _save(path: str, state: dict[str, Any]) -> None:
+    """Write the state atomically: a temporary file in the same folder, then a rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".rollmem-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                json.dump(state, file, ensure_ascii=False, indent=2)
+                file.write("\n")
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as error:
+        raise _Fail(f"cannot save {path}: {error.strerror or error}") from None
+
+
+def _dump(document: object, out: TextIO) -> None:
+    json.dump(document, out, ensure_ascii=False, indent=2)
+    out.write("\n")
+
+
+# -- inspecting a saved state --------------------------------------------------------------------
+
+
+def _indented(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines()) if text else prefix + "(empty)"
+
+
+def _inspect(args: argparse.Namespace, out: TextIO) -> int:
+    text = _read_text(args.state)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise _Fail(f"{args.state}: not valid JSON: {error}") from None
+    try:
+        memory = BufferMemory.from_dict(data)  # keeps everything: loading never folds nor drops
+    except InvalidStateError as error:
+        raise _Fail(f"{args.state}: {error}") from None
+    counter = _counter(args.counter)
+    summary = memory.summary
+    summary_tokens = counter(summary) if summary else 0
+    buffer = memory.buffer
+    costs = [counter(message.token_text()) for message in buffer]
+    pinned = sum(message.pinned for message in buffer)
+    if args.json:
+        _dump(
+            {
+                "file": args.state,
+                "version": data.get("version"),
+                "counter": args.counter,
+                "summary": summary,
+                "summary_tokens": summary_tokens,
+                "messages": len(buffer),
+                "pinned": pinned,
+                "buffer_tokens": sum(costs),
+                "buffer": [{"message": m.to_dict(), "tokens": cost} for m, cost in zip(buffer, costs)],
+            },
+            out,
+        )
+        return 0
+    out.write(f"{args.state}: valid rollmem state, version {data.get('version')} (counter: {args.counter})\n")
+    _section(out, f"summary: {summary_tokens} tokens", _indented(summary))
+    lines = [
+        f"  {index:>3}. {cost:>5} tokens{' pinned' if message.pinned else ''}\n"
+        + _indented(str(message), "       ")
+        for index, (message, cost) in enumerate(zip(buffer, costs), 1)
+    ]
+    _section(
+        out,
+        f"buffer: {len(buffer)} messages, {sum(costs)} tokens, {pinned} pinned",
+        "\n".join(lines) if lines else "    (empty)",
+    )
+    out.write(f"\ntotal: {summary_tokens + sum(costs)} tokens (summary + buffer)\n")
+    return 0
+
+
+# -- the parser ----------------------------------------------------------------------------------
+
+
+_Run = Callable[[argparse.Namespace, TextIO], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def _add_counter(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--counter",
+        type=_counter_spec,
+        default="words",
+        metavar="words|chars|tiktoken:ENCODING",
+        help="token counter (default: words; tiktoken needs the rollmem[tiktoken] extra)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="rollmem",
+        description="Bounded conversation memory: see it work, replay a transcript, inspect a saved state.",
+    )
+    parser.add_argument("--version", action="version", version=f"rollmem {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, run: _Run, summary: str, description: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=summary, description=description)
+        parser.set_defaults(run=run)
+        return parser
+
+    command(
+        "demo",
+        _demo,
+        "replay the bundled sample conversation (offline, a few seconds)",
+        "Replay the bundled trip-planning conversation through RollingMemory with the extractive "
+        "summarizer: a line per fold, then the final context and stats.",
+    )
+    replay = command(
+        "replay",
+        _replay,
+        "replay a JSON Lines transcript and report what the memory did",
+        "Replay JSON Lines of OpenAI-style messages (one per line) through RollingMemory, one add at a "
+        "time, then print the final context and a stats table.",
+    )
+    replay.add_argument("file", metavar="FILE", help="JSON Lines of OpenAI-style messages, or - for stdin")
+    replay.add_argument("--max-tokens", type=_positive, default=2000, metavar="N", help="default: 2000")
+    replay.add_argument("--target-tokens", type=_positive, metavar="N", help="default: the max tokens")
+    _add_counter(replay)
+    replay.add_argument(
+        "--summarizer",
+        choices=("none", "extractive"),
+        default="extractive",
+        help="none drops evicted turns (default: extractive, 256 tokens)",
+    )
+    replay.add_argument("--save", metavar="STATE.json", help="write the final state as JSON")
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect = command(
+        "inspect",
+        _inspect,
+        "validate a saved state and show its summary, buffer and token counts",
+        "Validate a state saved with to_dict() (or replay --save) and print its summary, buffer and "
+        "token counts. A malformed file exits with status 2 and the reason.",
+    )
+    inspect.add_argument("state", metavar="STATE.json")
+    _add_counter(inspect)
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit:  # --help, --version and usage errors
+        return exit.code if isinstance(exit.code, int) else 2
+    out = sys.stdout
+    try:
+        status: int = args.run(args, out)
+        out.flush()
+    except _Fail as error:
+        print(f"rollmem {args.command}: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `rollmem demo | head`: stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
+    return status

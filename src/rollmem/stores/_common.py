@@ -1,0 +1,74 @@
+"""Argument checks and messages shared by every store, so all backends accept and reject alike."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..errors import ConflictError
+
+__all__ = ["check_prefix", "check_save", "check_session_id", "conflict", "is_expired"]
+
+
+def _type_name(value: object) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {_type_name(value)}")
+    if not allow_empty and not value:
+        raise ValueError(f"{name} must not be empty")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must be valid Unicode (it holds a lone surrogate)") from None
+    return value
+
+
+def check_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a non-empty str without NUL characters or lone surrogates."""
+    return _check_text(session_id, "session_id", allow_empty=False)
+
+
+def check_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it is a str (possibly empty) a session id could start with."""
+    return _check_text(prefix, "prefix", allow_empty=True)
+
+
+def check_save(session_id: object, state: object, expected_revision: object, ttl: object) -> None:
+    """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``save`` call."""
+    check_session_id(session_id)
+    _check_text(state, "state", allow_empty=True)
+    if isinstance(expected_revision, bool) or not isinstance(expected_revision, int):
+        raise TypeError(f"expected_revision must be an int, got {_type_name(expected_revision)}")
+    if expected_revision < 0:
+        raise ValueError(f"expected_revision must be >= 0, got {expected_revision}")
+    if ttl is not None:
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+            raise TypeError(f"ttl must be None or a number of seconds, got {_type_name(ttl)}")
+        try:
+            finite = 0 < float(ttl) < math.inf
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise ValueError(f"ttl must be a positive finite number of seconds, got {ttl!r}")
+
+
+def is_expired(expires_at: Optional[float], now: float) -> bool:
+    """Whether a session with this expiry time (``None``: never) is gone at ``now``."""
+    return expires_at is not None and expires_at <= now
+
+
+def conflict(session_id: str, expected_revision: int, live_revision: Optional[int]) -> ConflictError:
+    """The error for a compare-and-set save that lost; ``live_revision`` is ``None`` when unknown."""
+    wanted = "as a new session" if expected_revision == 0 else f"against revision {expected_revision}"
+    if live_revision is None:
+        found = "another writer saved first"
+    elif live_revision == 0:
+        found = "the session is absent or expired"
+    else:
+        found = f"the store is at revision {live_revision}"
+    return ConflictError(f"session {session_id!r}: saved {wanted} but {found}")

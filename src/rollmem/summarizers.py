@@ -1,0 +1,407 @@
+"""Ready-made ``summarize_fn`` factories: around your LLM call, without an LLM, and with a fallback.
+
+- :func:`prompt_summarizer` / :func:`async_prompt_summarizer` turn any ``complete(prompt) -> str``
+  (your LLM call) into a ``summarize_fn``, optionally bounded to ``max_summary_tokens``;
+- :func:`extractive_summarizer` needs no LLM: it keeps the first sentence of each folded turn;
+- :func:`with_fallback` / :func:`async_with_fallback` call a second summarizer when the first fails,
+  so an LLM outage degrades the summary instead of raising into the chat.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+import string
+from collections.abc import Awaitable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from .memory import AsyncSummarizeFn, SummarizeFn, TokenCounter, words
+from .message import Message
+
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "SHORTEN_TEMPLATE",
+    "async_prompt_summarizer",
+    "async_with_fallback",
+    "extractive_summarizer",
+    "prompt_summarizer",
+    "with_fallback",
+]
+
+logger = logging.getLogger("rollmem")
+
+DEFAULT_TEMPLATE = """\
+You keep the running summary of a conversation between a user and an AI assistant.
+
+Current summary (empty when the conversation has just started):
+{summary}
+
+New turns to add to it, oldest first:
+{conversation}
+
+Write the updated summary of the whole conversation so far: the current summary plus the new turns.
+It replaces the current summary, so it must be self-contained. Keep every name, number, date, amount,
+decision and open question. Reply with the summary only."""
+"""The default prompt of :func:`prompt_summarizer`; ``{summary}`` and ``{conversation}`` are filled in."""
+
+SHORTEN_TEMPLATE = """\
+The summary below is {length} tokens long, but the limit is {limit} tokens. Rewrite it to at most \
+{percent}% of its current length. Keep names, numbers, dates, amounts, decisions and open questions; \
+drop detail first. Reply with the shortened summary only.
+
+{summary}"""
+"""The prompt sent once when a summary exceeds ``max_summary_tokens`` (filled in by rollmem)."""
+
+_FIELDS = ("summary", "conversation")
+
+# The end of a sentence: terminal punctuation (plus closing quotes/brackets) before a space or the
+# end of the text, or a line break. A naive rule on purpose: deterministic and language-agnostic.
+_SENTENCE_END = re.compile(r"""[.!?\u2026]+["')\]\u201d\u2019]*(?=\s|$)|\n""")
+_WORD = re.compile(r"\S+")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounding a text to a token budget
+
+
+def _longest_prefix(text: str, ends: Sequence[int], limit: int, counter: TokenCounter) -> Optional[str]:
+    """The longest ``text[:end]`` (right-stripped, non-empty) that fits, by binary search on ``ends``."""
+    best: Optional[str] = None
+    low, high = 0, len(ends)
+    while low < high:
+        middle = (low + high) // 2
+        piece = text[: ends[middle]].rstrip()
+        if piece and counter(piece) <= limit:
+            best, low = piece, middle + 1
+        else:
+            high = middle
+    return best
+
+
+def _bound(text: str, limit: int, counter: TokenCounter) -> str:
+    """``text`` if it fits in ``limit`` tokens, else its longest prefix that fits, cut at a sentence
+    boundary, else at a word boundary, else at a character; ``""`` when not even that fits."""
+    text = text.strip()
+    if counter(text) <= limit:
+        return text
+    for ends in (
+        [match.end() for match in _SENTENCE_END.finditer(text)],
+        [match.end() for match in _WORD.finditer(text)],
+        range(1, len(text)),
+    ):
+        piece = _longest_prefix(text, ends, limit, counter)
+        if piece is not None:
+            return piece
+    return ""
+
+
+def _newest_suffix(text: str, limit: int, counter: TokenCounter) -> str:
+    """The longest tail of ``text`` that fits, starting at a sentence or line start, by binary search;
+    when even the last sentence does not fit, that sentence cut to fit by :func:`_bound`."""
+    text = text.strip()
+    if counter(text) <= limit:
+        return text
+    starts = [match.end() for match in _SENTENCE_END.finditer(text) if match.end() < len(text)]
+    low, high = 0, len(starts)
+    best: Optional[str] = None
+    while low < high:
+        middle = (low + high) // 2
+        piece = text[starts[middle] :].strip()
+        if counter(piece) <= limit:
+            best, high = piece, middle
+        else:
+            low = middle + 1
+    if best is not None:
+        return best
+    return _bound(text[starts[-1] :] if starts else text, limit, counter)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration checks shared by the factories
+
+
+def _check_limit(max_summary_tokens: int) -> int:
+    if isinstance(max_summary_tokens, bool) or not isinstance(max_summary_tokens, int):
+        raise TypeError(f"max_summary_tokens: expected int, got {type(max_summary_tokens).__name__}")
+    if max_summary_tokens < 1:
+        raise ValueError(f"max_summary_tokens: must be >= 1, got {max_summary_tokens}")
+    return max_summary_tokens
+
+
+def _check_counter(token_counter: Optional[TokenCounter]) -> TokenCounter:
+    if token_counter is None:
+        return words
+    if not callable(token_counter):
+        raise TypeError(f"token_counter: expected a callable, got {type(token_counter).__name__}")
+    return token_counter
+
+
+def _check_callable(name: str, value: object, *, coroutine_hint: Optional[str]) -> None:
+    if not callable(value):
+        raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
+    if coroutine_hint is not None and inspect.iscoroutinefunction(value):
+        raise TypeError(f"{name} is a coroutine function: use {coroutine_hint}")
+
+
+def _check_template(template: str) -> str:
+    if not isinstance(template, str):
+        raise TypeError(f"template: expected str, got {type(template).__name__}")
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as error:
+        raise ValueError(f"template: not a valid str.format string: {error}") from None
+    others = sorted({name for name in fields if name not in _FIELDS})
+    if others:
+        shown = ", ".join("{" + name + "}" for name in others)
+        raise ValueError(
+            f"template: unknown placeholder(s) {shown}; only {{summary}} and {{conversation}} are "
+            "filled in (write a literal brace as {{ or }})"
+        )
+    for name in _FIELDS:
+        if name not in fields:
+            raise ValueError(f"template: missing the {{{name}}} placeholder")
+    try:
+        template.format(summary="", conversation="")
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"template: cannot be formatted: {error}") from None
+    return template
+
+
+def _render(messages: Sequence[Message]) -> str:
+    return "\n".join(str(message) for message in messages)
+
+
+def _completion(value: object) -> str:
+    if inspect.iscoroutine(value):
+        value.close()  # a coroutine from a sync call: close it so it does not warn "never awaited"
+    if not isinstance(value, str):
+        raise TypeError(f"complete() must return str, got {type(value).__name__}")
+    return value.strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# prompt_summarizer: one flow, driven by a sync and an async driver
+
+
+@dataclass(frozen=True)
+class _Prompting:
+    template: str
+    limit: Optional[int]
+    counter: TokenCounter
+
+    def flow(self, summary: str, messages: Sequence[Message]) -> Generator[str, object, str]:
+        """Yields each prompt, receives its completion, returns the new summary."""
+        result = _completion((yield self.template.format(summary=summary, conversation=_render(messages))))
+        if not result:
+            raise ValueError("complete() returned an empty summary")
+        if self.limit is None:
+            return result
+        length = self.counter(result)
+        if length <= self.limit:
+            return result
+        percent = max(1, self.limit * 100 // length)
+        shorter = _completion(
+            (yield SHORTEN_TEMPLATE.format(length=length, limit=self.limit, percent=percent, summary=result))
+        )
+        return _bound(shorter or result, self.limit, self.counter)
+
+
+def _prompting(
+    template: str, max_summary_tokens: Optional[int], token_counter: Optional[TokenCounter]
+) -> _Prompting:
+    return _Prompting(
+        _check_template(template),
+        None if max_summary_tokens is None else _check_limit(max_summary_tokens),
+        _check_counter(token_counter),
+    )
+
+
+def prompt_summarizer(
+    complete: Callable[[str], str],
+    *,
+    template: str = DEFAULT_TEMPLATE,
+    max_summary_tokens: Optional[int] = None,
+    token_counter: Optional[TokenCounter] = None,
+) -> SummarizeFn:
+    """A ``summarize_fn`` that asks ``complete(prompt) -> str`` (your LLM call) for the new summary.
+
+    ``template`` is a ``str.format`` string with exactly the placeholders ``{summary}`` (the existing
+    summary, empty on the first fold) and ``{conversation}`` (the folded turns, one ``role: content``
+    line each, tool calls included); anything else is a ``ValueError`` here, not at the first fold.
+
+    The completion is stripped; an empty one raises ``ValueError`` and a non-``str`` one ``TypeError``,
+    so the memory keeps its state. With ``max_summary_tokens``, the summary is measured with
+    ``token_counter`` (default :func:`rollmem.counters.words`); if it is over, ``complete`` is asked once
+    to shorten it (:data:`SHORTEN_TEMPLATE`), and if still over, it is cut at the last sentence
+    boundary that fits, else the last word boundary, else a character: the result always fits.
+    Exceptions raised by ``complete`` propagate.
+    """
+    _check_callable("complete", complete, coroutine_hint="async_prompt_summarizer")
+    prompting = _prompting(template, max_summary_tokens, token_counter)
+
+    def summarize(summary: str, messages: Sequence[Message]) -> str:
+        flow = prompting.flow(summary, messages)
+        prompt = next(flow)
+        while True:
+            try:
+                prompt = flow.send(complete(prompt))
+            except StopIteration as stop:
+                result: str = stop.value
+                return result
+
+    return summarize
+
+
+def async_prompt_summarizer(
+    acomplete: Callable[[str], Awaitable[str]],
+    *,
+    template: str = DEFAULT_TEMPLATE,
+    max_summary_tokens: Optional[int] = None,
+    token_counter: Optional[TokenCounter] = None,
+) -> AsyncSummarizeFn:
+    """The coroutine twin of :func:`prompt_summarizer`, around ``await acomplete(prompt) -> str``.
+
+    Same template rules, checks and bound.
+    """
+    _check_callable("acomplete", acomplete, coroutine_hint=None)
+    prompting = _prompting(template, max_summary_tokens, token_counter)
+
+    async def summarize(summary: str, messages: Sequence[Message]) -> str:
+        flow = prompting.flow(summary, messages)
+        prompt = next(flow)
+        while True:
+            try:
+                prompt = flow.send(await acomplete(prompt))
+            except StopIteration as stop:
+                result: str = stop.value
+                return result
+
+    return summarize
+
+
+# ---------------------------------------------------------------------------------------------
+# extractive_summarizer
+
+
+def _first_sentence(text: str) -> str:
+    text = text.strip()
+    match = _SENTENCE_END.search(text)
+    if match is not None:
+        text = text[: match.end()]
+    return " ".join(text.split())
+
+
+def _extract(message: Message) -> Optional[str]:
+    sentence = _first_sentence(message.content)
+    if message.tool_calls:
+        calls = ", ".join(f"{call.name}({' '.join(call.arguments.split())})" for call in message.tool_calls)
+        sentence = f"{sentence} [tool calls: {calls}]" if sentence else f"[tool calls: {calls}]"
+    return f"{message.role}: {sentence}" if sentence else None
+
+
+def extractive_summarizer(
+    max_summary_tokens: int = 256, token_counter: Optional[TokenCounter] = None
+) -> SummarizeFn:
+    """A ``summarize_fn`` that needs no LLM: deterministic, fast, offline.
+
+    Each folded turn adds one line, ``role: first sentence`` (tool calls appended as
+    ``[tool calls: name(arguments)]``; turns with nothing to say add nothing), below the existing
+    summary. While the result is over ``max_summary_tokens`` (measured with ``token_counter``, default
+    :func:`rollmem.counters.words`), the oldest sentences are dropped; if even the newest line does not
+    fit alone, it is cut at a word boundary. The result always fits. Meant for demos, tests and as the
+    fallback of an LLM summarizer.
+    """
+    limit = _check_limit(max_summary_tokens)
+    counter = _check_counter(token_counter)
+
+    def summarize(summary: str, messages: Sequence[Message]) -> str:
+        lines = [summary.strip()] if summary.strip() else []
+        lines.extend(line for line in map(_extract, messages) if line is not None)
+        return _newest_suffix("\n".join(lines), limit, counter)
+
+    return summarize
+
+
+# ---------------------------------------------------------------------------------------------
+# with_fallback
+
+
+def _reporter(on_error: Optional[Callable[[Exception], object]]) -> Callable[[Exception], object]:
+    if on_error is None:
+
+        def log(error: Exception) -> None:
+            logger.warning("summarizer failed, using the fallback: %r", error)
+            logger.debug("the summarizer's error", exc_info=error)
+
+        return log
+    if not callable(on_error):
+        raise TypeError(f"on_error: expected a callable, got {type(on_error).__name__}")
+    return on_error
+
+
+def _summary(value: object) -> str:
+    if inspect.iscoroutine(value):
+        value.close()
+    if not isinstance(value, str):
+        raise TypeError(f"the primary summarizer returned {type(value).__name__}, expected str")
+    return value
+
+
+def with_fallback(
+    primary: SummarizeFn,
+    fallback: SummarizeFn,
+    *,
+    on_error: Optional[Callable[[Exception], object]] = None,
+) -> SummarizeFn:
+    """A ``summarize_fn`` that calls ``primary``, and when it raises an ``Exception`` (or returns a
+    non-``str``), reports the error to ``on_error(error)`` and returns ``fallback(summary, messages)``.
+
+    ``on_error`` defaults to a one-line warning on the ``"rollmem"`` logger (the traceback goes
+    to its debug level). Errors raised by ``fallback`` or
+    ``on_error`` propagate (the memory then keeps its state). For coroutine functions use
+    :func:`async_with_fallback`.
+    """
+    _check_callable("primary", primary, coroutine_hint="async_with_fallback")
+    _check_callable("fallback", fallback, coroutine_hint="async_with_fallback")
+    report = _reporter(on_error)
+
+    def summarize(summary: str, messages: Sequence[Message]) -> str:
+        try:
+            return _summary(primary(summary, messages))
+        except Exception as error:
+            report(error)
+        return fallback(summary, messages)
+
+    return summarize
+
+
+async def _result(value: Any) -> Any:
+    return (await value) if inspect.isawaitable(value) else value
+
+
+def async_with_fallback(
+    primary: Union[SummarizeFn, AsyncSummarizeFn],
+    fallback: Union[SummarizeFn, AsyncSummarizeFn],
+    *,
+    on_error: Optional[Callable[[Exception], object]] = None,
+) -> AsyncSummarizeFn:
+    """The coroutine twin of :func:`with_fallback`; ``primary`` and ``fallback`` may each be sync or
+    async (e.g. an async LLM summarizer with :func:`extractive_summarizer` as the fallback).
+
+    ``on_error`` is called synchronously.
+    """
+    _check_callable("primary", primary, coroutine_hint=None)
+    _check_callable("fallback", fallback, coroutine_hint=None)
+    report = _reporter(on_error)
+
+    async def summarize(summary: str, messages: Sequence[Message]) -> str:
+        try:
+            return _summary(await _result(primary(summary, messages)))
+        except Exception as error:
+            report(error)
+        result: str = await _result(fallback(summary, messages))
+        return result
+
+    return summarize

@@ -1,0 +1,508 @@
+"""The conformance suite every store runs, and helpers for backend-specific tests.
+
+Use it like cachetools' policy tests: subclass :class:`StoreContract` (sync methods) and/or
+:class:`AsyncStoreContract` (``a``-methods, each test is one ``asyncio.run``) and define
+``make_store(self)``, returning a new, empty store for each test::
+
+    class TestMemoryStore(StoreContract):
+        def make_store(self) -> MemoryStore:
+            return MemoryStore()
+
+Each scenario is written once, as a generator that yields :func:`call` / :func:`pause` steps
+and receives their results (or has their exception thrown in); the two classes only drive
+it, with blocking or awaited calls. Server backends get ``service_url`` (skip, or fail under
+``ROLLMEM_REQUIRE_SERVICES=1``) and ``compare_and_set_in_processes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import queue
+import re
+import threading
+import time
+import uuid
+from collections.abc import Generator, Iterator
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, Union
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rollmem.errors import ConflictError
+from rollmem.stores import StoredSession
+
+__all__ = [
+    "AsyncStoreContract",
+    "StoreContract",
+    "compare_and_set_in_processes",
+    "compare_and_set_loop",
+    "service_url",
+]
+
+
+class Call(NamedTuple):
+    method: str
+    args: tuple[Any, ...]
+
+
+class Pause(NamedTuple):
+    seconds: float
+
+
+Step = Union[Call, Pause]
+Scenario = Generator[Step, Any, None]
+
+
+def call(method: str, *args: Any) -> Call:
+    """A step calling ``store.method(*args)`` (or ``await store.amethod(*args)``)."""
+    return Call(method, args)
+
+
+def pause(seconds: float) -> Pause:
+    """A step sleeping ``seconds`` (``time.sleep`` or ``asyncio.sleep``)."""
+    return Pause(seconds)
+
+
+def _next_step(steps: Scenario, result: Any, error: Optional[Exception]) -> Optional[Step]:
+    try:
+        return steps.send(result) if error is None else steps.throw(error)
+    except StopIteration:
+        return None
+
+
+def drive(store: Any, steps: Scenario) -> None:
+    """Run a scenario with the store's blocking methods."""
+    step = _next_step(steps, None, None)
+    while step is not None:
+        result, error = None, None
+        if isinstance(step, Pause):
+            time.sleep(step.seconds)
+        else:
+            try:
+                result = getattr(store, step.method)(*step.args)
+            except Exception as exc:
+                error = exc
+        step = _next_step(steps, result, error)
+
+
+async def adrive(store: Any, steps: Scenario) -> None:
+    """Run a scenario with the store's ``a``-methods, then ``aclose`` the store."""
+    try:
+        step = _next_step(steps, None, None)
+        while step is not None:
+            result, error = None, None
+            if isinstance(step, Pause):
+                await asyncio.sleep(step.seconds)
+            else:
+                try:
+                    result = await getattr(store, "a" + step.method)(*step.args)
+                except Exception as exc:
+                    error = exc
+            step = _next_step(steps, result, error)
+    finally:
+        await store.aclose()
+
+
+def scenario(method: Callable[[Any], Scenario]) -> Callable[[Any, Any], None]:
+    """Turn a scenario method into a test method that takes the ``store`` fixture."""
+
+    def test(self: _Contract, store: Any) -> None:
+        self.run(store, method(self))
+
+    test.__name__ = method.__name__
+    test.__qualname__ = method.__qualname__
+    test.__doc__ = method.__doc__
+    return test
+
+
+STATE = json.dumps({"version": 2, "summary": "", "buffer": [{"role": "user", "content": "hi"}]})
+
+ODD_TEXTS = [
+    "",
+    "not json {",
+    '{"version": 999}',
+    'héllo wörld 🌍 \n\t "quoted" \\ back\\slash \u2028 ; DROP TABLE x; --',
+    "x" * 300_000,
+]
+
+ODD_IDS = ["alice", "with space", "quote'\"", "semi;colon", "colon:a:b", "star*?[x]", "ünï🌍", "x" * 500]
+
+
+# A fixed alphabet spares Hypothesis building its Unicode tables (too_slow on a fresh checkout).
+_ALPHABET = 'ab Z09_\n\t"\\{}[]:,é中😀'
+_KEYS = st.sampled_from(["a", "a/b", "b", "ab"])
+_OPERATION = st.one_of(
+    st.tuples(
+        st.just("save"),
+        _KEYS,
+        st.text(alphabet=_ALPHABET, max_size=20),
+        st.sampled_from([0, 0, 0, -1, 1, 2]),
+    ),
+    st.tuples(st.sampled_from(["delete", "load"]), _KEYS),
+    st.tuples(st.just("ids"), st.sampled_from(["", "a", "a/"])),
+)
+
+
+class _Contract:
+    """The scenarios; subclasses supply ``make_store`` and how a scenario runs."""
+
+    ttl: ClassVar[float] = 0.2
+    """The short ttl used by the expiry scenarios; they sleep twice as long."""
+    expires_natively: ClassVar[bool] = False
+    """True for stores whose expired sessions vanish by themselves (``purge_expired`` finds none)."""
+
+    def make_store(self) -> Any:
+        raise NotImplementedError
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        raise NotImplementedError
+
+    @scenario
+    def test_round_trip_and_revisions(self) -> Scenario:
+        assert (yield call("load", "s1")) is None
+        assert (yield call("save", "s1", STATE, 0)) == 1
+        assert (yield call("load", "s1")) == StoredSession(STATE, 1)
+        assert (yield call("save", "s1", "second", 1)) == 2
+        assert (yield call("save", "s1", "third", 2)) == 3
+        assert (yield call("load", "s1")) == StoredSession("third", 3)
+        assert (yield call("save", "s2", "other", 0)) == 1, "revisions are per session"
+        assert (yield call("load", "s1")) == StoredSession("third", 3)
+
+    @scenario
+    def test_stored_text_comes_back_verbatim(self) -> Scenario:
+        """Bad or odd data is kept and returned as text: parsing is the sessions layer's job."""
+        for index, text in enumerate(ODD_TEXTS):
+            assert (yield call("save", f"t{index}", text, 0)) == 1
+        for index, text in enumerate(ODD_TEXTS):
+            assert (yield call("load", f"t{index}")) == StoredSession(text, 1)
+
+    @scenario
+    def test_odd_session_ids(self) -> Scenario:
+        for session_id in ODD_IDS:
+            assert (yield call("save", session_id, session_id, 0)) == 1
+        for session_id in ODD_IDS:
+            assert (yield call("load", session_id)) == StoredSession(session_id, 1)
+        assert (yield call("ids")) == sorted(ODD_IDS)
+
+    @scenario
+    def test_stale_revision_conflicts_and_writes_nothing(self) -> Scenario:
+        yield call("save", "s", "one", 0)
+        yield call("save", "s", "two", 1)
+        for stale in (1, 3, 99):
+            with pytest.raises(ConflictError, match="'s'"):
+                yield call("save", "s", "lost", stale, 60)
+        assert (yield call("load", "s")) == StoredSession("two", 2)
+        assert (yield call("save", "s", "three", 2)) == 3
+
+    @scenario
+    def test_create_when_exists_conflicts_and_writes_nothing(self) -> Scenario:
+        yield call("save", "s", "first", 0)
+        with pytest.raises(ConflictError, match="new session"):
+            yield call("save", "s", "second", 0)
+        assert (yield call("load", "s")) == StoredSession("first", 1)
+
+    @scenario
+    def test_update_when_absent_conflicts_and_writes_nothing(self) -> Scenario:
+        with pytest.raises(ConflictError, match="'ghost'"):
+            yield call("save", "ghost", "boo", 1)
+        assert (yield call("load", "ghost")) is None
+        assert (yield call("ids")) == []
+
+    @scenario
+    def test_delete(self) -> Scenario:
+        assert (yield call("delete", "s")) is False
+        yield call("save", "s", "one", 0)
+        yield call("save", "s", "two", 1)
+        yield call("save", "keep", "kept", 0)
+        assert (yield call("delete", "s")) is True
+        assert (yield call("load", "s")) is None
+        assert (yield call("delete", "s")) is False
+        with pytest.raises(ConflictError):
+            yield call("save", "s", "stale", 2)
+        assert (yield call("save", "s", "again", 0)) == 1, "a deleted session starts over"
+        assert (yield call("load", "keep")) == StoredSession("kept", 1)
+
+    @scenario
+    def test_ids_sorted_by_prefix(self) -> Scenario:
+        assert (yield call("ids")) == []
+        for session_id in ["b", "a", "c/2", "c/1", "ca", "gone"]:
+            yield call("save", session_id, "x", 0)
+        yield call("delete", "gone")
+        assert (yield call("ids")) == ["a", "b", "c/1", "c/2", "ca"]
+        assert (yield call("ids", "")) == ["a", "b", "c/1", "c/2", "ca"]
+        assert (yield call("ids", "c")) == ["c/1", "c/2", "ca"]
+        assert (yield call("ids", "c/")) == ["c/1", "c/2"]
+        assert (yield call("ids", "c/1")) == ["c/1"]
+        assert (yield call("ids", "zzz")) == []
+
+    @scenario
+    def test_ids_prefix_is_literal_and_case_sensitive(self) -> Scenario:
+        """No LIKE, glob or regex meaning leaks into the prefix."""
+        names = ["a%b", "a_b", "a*b", "a?b", "a[b]", "a\\b", "a.b", "A_b", "axb", "ab"]
+        for session_id in names:
+            yield call("save", session_id, "x", 0)
+        for prefix in ["a%", "a_", "a*", "a?", "a[", "a\\", "a.", "A"]:
+            assert (yield call("ids", prefix)) == [n for n in names if n.startswith(prefix)], prefix
+        assert (yield call("ids", "a")) == sorted(n for n in names if n.startswith("a"))
+
+    @scenario
+    def test_ttl_expiry(self) -> Scenario:
+        yield call("save", "short", "s", 0, self.ttl)
+        yield call("save", "long", "l", 0, 60)
+        yield call("save", "forever", "f", 0)
+        yield call("save", "made-permanent", "p", 0, self.ttl)
+        yield call("save", "made-permanent", "p2", 1)
+        yield call("save", "renewed", "r", 0, self.ttl)
+        yield call("save", "renewed", "r2", 1, 60)
+        yield call("save", "deleted-late", "d", 0, self.ttl)
+        yield call("save", "conflicted", "c", 0)
+        with pytest.raises(ConflictError):
+            yield call("save", "conflicted", "lost", 0, self.ttl)
+        assert (yield call("load", "short")) == StoredSession("s", 1)
+        assert "short" in (yield call("ids"))
+        yield pause(self.ttl * 2)
+        assert (yield call("load", "short")) is None
+        assert (yield call("ids")) == ["conflicted", "forever", "long", "made-permanent", "renewed"]
+        assert (yield call("load", "made-permanent")) == StoredSession("p2", 2)
+        assert (yield call("load", "renewed")) == StoredSession("r2", 2)
+        assert (yield call("load", "conflicted")) == StoredSession("c", 1), "a lost save set no ttl"
+        assert (yield call("delete", "deleted-late")) is False, "an expired session is not live"
+        with pytest.raises(ConflictError, match=r"absent or expired|another writer"):
+            yield call("save", "short", "late", 1)
+        assert (yield call("save", "short", "new", 0)) == 1, "an expired session starts over"
+        assert (yield call("load", "short")) == StoredSession("new", 1)
+
+    @scenario
+    def test_purge_expired(self) -> Scenario:
+        yield call("save", "a", "x", 0, self.ttl)
+        yield call("save", "b", "x", 0, self.ttl)
+        yield call("save", "c", "x", 0)
+        yield call("save", "d", "x", 0, 60)
+        assert (yield call("purge_expired")) == 0
+        yield pause(self.ttl * 2)
+        assert (yield call("purge_expired")) == (0 if self.expires_natively else 2)
+        assert (yield call("purge_expired")) == 0
+        assert (yield call("ids")) == ["c", "d"]
+        assert (yield call("load", "c")) == StoredSession("x", 1)
+
+    @scenario
+    def test_bad_arguments_raise_and_write_nothing(self) -> Scenario:
+        bad_saves: list[tuple[type[Exception], str, tuple[Any, ...]]] = [
+            (TypeError, "session_id must be a str, got int", (7, "x", 0)),
+            (ValueError, "session_id must not be empty", ("", "x", 0)),
+            (ValueError, "session_id must not contain NUL", ("a\x00b", "x", 0)),
+            (ValueError, "session_id must be valid Unicode", ("\ud800", "x", 0)),
+            (TypeError, "state must be a str, got bytes", ("s", b"x", 0)),
+            (ValueError, "state must not contain NUL", ("s", "a\x00", 0)),
+            (TypeError, "expected_revision must be an int, got bool", ("s", "x", False)),
+            (TypeError, "expected_revision must be an int, got float", ("s", "x", 0.0)),
+            (ValueError, "expected_revision must be >= 0, got -1", ("s", "x", -1)),
+            (TypeError, "ttl must be None or a number of seconds, got str", ("s", "x", 0, "5")),
+            (TypeError, "ttl must be None or a number of seconds, got bool", ("s", "x", 0, True)),
+            (ValueError, "ttl must be a positive finite number of seconds, got 0", ("s", "x", 0, 0)),
+            (ValueError, "ttl must be a positive", ("s", "x", 0, -1.5)),
+            (ValueError, "ttl must be a positive", ("s", "x", 0, float("nan"))),
+            (ValueError, "ttl must be a positive", ("s", "x", 0, float("inf"))),
+            (ValueError, "ttl must be a positive", ("s", "x", 0, 10**400)),
+        ]
+        for error, message, args in bad_saves:
+            with pytest.raises(error, match=re.escape(message)):
+                yield call("save", *args)
+        for method in ("load", "delete"):
+            with pytest.raises(TypeError, match="session_id must be a str, got None"):
+                yield call(method, None)
+        with pytest.raises(TypeError, match="prefix must be a str, got bytes"):
+            yield call("ids", b"s")
+        assert (yield call("ids")) == []
+
+
+class StoreContract(_Contract):
+    """The contract through the blocking methods, plus threads racing on one session."""
+
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        store = self.make_store()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        drive(store, steps)
+
+    def test_threads_never_lose_an_update(self, store: Any) -> None:
+        threads, saves = 6, 25
+        won: list[list[int]] = [[] for _ in range(threads)]
+        errors: list[BaseException] = []
+
+        def work(index: int) -> None:
+            try:
+                won[index] = compare_and_set_loop(store, "race", saves)
+            except BaseException as exc:
+                errors.append(exc)
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        assert_every_increment_won_once(store.load("race"), won, threads * saves)
+
+    @settings(
+        max_examples=20,
+        deadline=None,
+        # one store per test is right here; each subclass runs the same test on its own store
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+    )
+    @given(operations=st.lists(_OPERATION, max_size=20))
+    def test_random_operations_match_a_model(self, store: Any, operations: list[tuple[Any, ...]]) -> None:
+        """Any sequence of saves (right or wrong revision), deletes, loads and ids agrees with a dict."""
+        namespace = f"{uuid.uuid4().hex}/"
+        model: dict[str, StoredSession] = {}
+        for operation, key, *rest in operations:
+            session_id = namespace + key
+            current = model.get(session_id)
+            if operation == "save":
+                state, offset = rest
+                live = 0 if current is None else current.revision
+                expected = max(0, live + offset)
+                if expected == live:
+                    assert store.save(session_id, state, expected) == live + 1
+                    model[session_id] = StoredSession(state, live + 1)
+                else:
+                    with pytest.raises(ConflictError):
+                        store.save(session_id, state, expected)
+            elif operation == "delete":
+                assert store.delete(session_id) is (model.pop(session_id, None) is not None)
+            elif operation == "load":
+                assert store.load(session_id) == current
+            else:
+                assert store.ids(session_id) == sorted(i for i in model if i.startswith(session_id))
+
+
+class AsyncStoreContract(_Contract):
+    """The contract through the ``a``-methods: each test is one ``asyncio.run`` that ends with
+    ``aclose()``; plus tasks racing on one session."""
+
+    @pytest.fixture
+    def store(self) -> Any:
+        return self.make_store()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        asyncio.run(adrive(store, steps))
+
+    def test_tasks_never_lose_an_update(self, store: Any) -> None:
+        tasks, saves = 6, 25
+
+        async def main() -> tuple[list[list[int]], Optional[StoredSession]]:
+            try:
+                won = await asyncio.gather(
+                    *(acompare_and_set_loop(store, "race", saves) for _ in range(tasks))
+                )
+                return list(won), await store.aload("race")
+            finally:
+                await store.aclose()
+
+        won, final = asyncio.run(main())
+        assert_every_increment_won_once(final, won, tasks * saves)
+
+
+# Helpers for concurrency tests (threads, tasks, processes) against any store.
+
+
+def _next_count(current: Optional[StoredSession]) -> tuple[str, int]:
+    count = 0 if current is None else json.loads(current.state)["count"]
+    return json.dumps({"count": count + 1}), 0 if current is None else current.revision
+
+
+def compare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
+    """Increment a counter in the session ``saves`` times with load + compare-and-set,
+    retrying on ``ConflictError``; return the revisions this caller's saves created. A short
+    sleep between load and save lets other writers in, so even a fast store sees conflicts."""
+    won: list[int] = []
+    while len(won) < saves:
+        state, revision = _next_count(store.load(session_id))
+        time.sleep(0.0005)
+        try:
+            won.append(store.save(session_id, state, revision))
+        except ConflictError:
+            continue
+    return won
+
+
+async def acompare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
+    """Async twin of :func:`compare_and_set_loop`."""
+    won: list[int] = []
+    while len(won) < saves:
+        state, revision = _next_count(await store.aload(session_id))
+        await asyncio.sleep(0)
+        try:
+            won.append(await store.asave(session_id, state, revision))
+        except ConflictError:
+            continue
+    return won
+
+
+def assert_every_increment_won_once(final: Optional[StoredSession], won: list[list[int]], total: int) -> None:
+    """No update lost or duplicated: the counter and the revision both reached ``total``, and
+    each revision 1..total was created by exactly one save."""
+    assert final is not None
+    assert final.revision == total
+    assert json.loads(final.state) == {"count": total}
+    assert sorted(r for revisions in won for r in revisions) == list(range(1, total + 1))
+
+
+def _process_worker(
+    make_store: Callable[[], Any], session_id: str, saves: int, start: Any, results: Any
+) -> None:
+    store = make_store()
+    try:
+        start.wait()
+        results.put(compare_and_set_loop(store, session_id, saves))
+    finally:
+        store.close()
+
+
+def compare_and_set_in_processes(
+    make_store: Callable[[], Any], session_id: str, processes: int, saves: int
+) -> list[list[int]]:
+    """Run :func:`compare_and_set_loop` in ``processes`` spawned processes that start together,
+    each building its own store with the picklable ``make_store``; return each one's revisions."""
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(processes), context.Queue()
+    workers = [
+        context.Process(target=_process_worker, args=(make_store, session_id, saves, start, results))
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    won: list[list[int]] = []
+    deadline = time.monotonic() + 120
+    while len(won) < processes:
+        try:
+            won.append(results.get(timeout=0.2))
+        except queue.Empty:
+            failed = [worker.exitcode for worker in workers if worker.exitcode not in (None, 0)]
+            assert not failed, f"worker processes failed with exit codes {failed}"
+            assert time.monotonic() < deadline, "worker processes timed out"
+    for worker in workers:
+        worker.join(timeout=30)
+        assert worker.exitcode == 0
+    return won
+
+
+def service_url(variable: str, how_to_start: str) -> str:
+    """The server address in ``variable``; without it the test skips saying ``how_to_start``,
+    or fails when ``ROLLMEM_REQUIRE_SERVICES=1``."""
+    value = os.environ.get(variable, "")
+    if not value:
+        message = f"{variable} is not set: {how_to_start}"
+        if os.environ.get("ROLLMEM_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"ROLLMEM_REQUIRE_SERVICES=1 but {message}")
+        pytest.skip(message)
+    return value

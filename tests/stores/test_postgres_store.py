@@ -1,0 +1,379 @@
+"""PostgresStore against a real PostgreSQL on loopback (``source .ci/services``)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rollmem.errors import ConflictError, StoreUnavailableError
+from rollmem.stores import AsyncStore, Store, StoredSession
+
+from .contract import (
+    AsyncStoreContract,
+    StoreContract,
+    assert_every_increment_won_once,
+    compare_and_set_in_processes,
+)
+from .servers import drop_table, postgres_ctl, postgres_dsn, stopped, unique_name
+
+psycopg = pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
+psycopg_pool = pytest.importorskip(
+    "psycopg_pool", reason='the PostgreSQL tests need pip install "rollmem[postgres]"'
+)
+
+from rollmem.stores.postgres import PostgresStore  # noqa: E402
+
+
+@pytest.fixture
+def dsn() -> str:
+    return postgres_dsn()
+
+
+@pytest.fixture
+def table(dsn: str) -> Iterator[str]:
+    table = unique_name("rollmem_test")
+    yield table
+    drop_table(dsn, table)
+
+
+def _query(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+class _Isolated:
+    """Each contract test gets its own table, dropped afterwards."""
+
+    @pytest.fixture(autouse=True)
+    def _isolate(self, dsn: str, table: str) -> None:
+        self.dsn, self.table = dsn, table
+
+    def make_store(self) -> PostgresStore:
+        return PostgresStore(self.dsn, table=self.table)
+
+
+class TestPostgresStore(_Isolated, StoreContract):
+    pass
+
+
+class TestPostgresStoreAsync(_Isolated, AsyncStoreContract):
+    pass
+
+
+class TestPostgresStoreGivenPool(_Isolated, StoreContract):
+    """A pool of the caller's, whose connections are not in autocommit mode and return dicts."""
+
+    @pytest.fixture(autouse=True)
+    def _given(self, dsn: str) -> Iterator[None]:
+        kwargs = {"row_factory": psycopg.rows.dict_row}
+        with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=8, kwargs=kwargs, open=True) as pool:
+            self.pool = pool
+            yield
+
+    def make_store(self) -> PostgresStore:
+        return PostgresStore(self.pool, table=self.table)
+
+
+def test_implements_both_protocols(dsn: str) -> None:
+    store = PostgresStore(dsn)
+    assert isinstance(store, Store)
+    assert isinstance(store, AsyncStore)
+
+
+def test_processes_never_lose_an_update(dsn: str, table: str) -> None:
+    make_store = functools.partial(PostgresStore, dsn, table=table)
+    won = compare_and_set_in_processes(make_store, "race", processes=8, saves=25)
+    store = make_store()
+    try:
+        assert_every_increment_won_once(store.load("race"), won, 8 * 25)
+    finally:
+        store.close()
+
+
+def test_table_is_created_on_first_use_with_its_columns(dsn: str, table: str) -> None:
+    store = PostgresStore(dsn, table=table)
+    try:
+        assert _query(dsn, "SELECT to_regclass(%s)", table) == [(None,)], "nothing happens before first use"
+        store.save("s", "x", 0, 60)
+        store.save("s", "y", 1)
+    finally:
+        store.close()
+    columns = _query(
+        dsn,
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+        "WHERE table_name = %s ORDER BY ordinal_position",
+        table,
+    )
+    assert columns == [
+        ("id", "text", "NO"),
+        ("state", "text", "NO"),
+        ("revision", "bigint", "NO"),
+        ("expires_at", "timestamp with time zone", "YES"),
+        ("updated_at", "timestamp with time zone", "NO"),
+    ]
+    assert _query(dsn, f"SELECT id, state, revision, expires_at FROM {table}") == [("s", "y", 2, None)]
+
+
+def test_many_stores_creating_one_table_at_once(dsn: str, table: str) -> None:
+    stores = [PostgresStore(dsn, table=table) for _ in range(8)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(stores))
+
+    def first_use(index: int) -> None:
+        try:
+            barrier.wait()
+            stores[index].save(f"s{index}", "x", 0)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=first_use, args=(i,)) for i in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert errors == []
+        assert stores[0].ids() == [f"s{i}" for i in range(8)]
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_custom_and_schema_qualified_tables_are_separate(dsn: str, table: str) -> None:
+    schema = unique_name("rollmem_schema")
+    _query(dsn, f"CREATE SCHEMA {schema}")
+    default_named = PostgresStore(dsn, table=table)
+    qualified = PostgresStore(dsn, table=f"{schema}.{table}")
+    try:
+        default_named.save("s", "public", 0)
+        qualified.save("s", "schema", 0)
+        assert default_named.load("s") == StoredSession("public", 1)
+        assert qualified.load("s") == StoredSession("schema", 1)
+        assert qualified.table == f"{schema}.{table}"
+        assert _query(dsn, f"SELECT state FROM {schema}.{table}") == [("schema",)]
+    finally:
+        default_named.close()
+        qualified.close()
+        _query(dsn, f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_default_table_name(dsn: str) -> None:
+    session_id = unique_name("default-table")
+    existed = _query(dsn, "SELECT to_regclass('rollmem_sessions')") != [(None,)]
+    store = PostgresStore(dsn)
+    try:
+        store.save(session_id, "x", 0)
+        assert _query(dsn, "SELECT state FROM rollmem_sessions WHERE id = %s", session_id) == [("x",)]
+        assert store.delete(session_id) is True
+    finally:
+        store.close()
+        if not existed:
+            drop_table(dsn, "rollmem_sessions")
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        "sessions; DROP TABLE rollmem_sessions; --",
+        'x" OR "1"="1',
+        "1starts_with_digit",
+        "has space",
+        "a.b.c",
+        "",
+        "ünicode",
+        "x" * 64,
+    ],
+)
+def test_malicious_or_odd_table_names_are_rejected(dsn: str, table: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"got {table!r}")):
+        PostgresStore(dsn, table=table)
+
+
+def test_table_name_type_and_timeout_are_checked(dsn: str) -> None:
+    with pytest.raises(TypeError, match="table must be a str, got bytes"):
+        PostgresStore(dsn, table=b"t")  # type: ignore[arg-type]
+    for timeout in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+            PostgresStore(dsn, timeout=timeout)
+
+
+def test_bad_conninfo_or_pool() -> None:
+    with pytest.raises(ValueError, match="not a valid connection string"):
+        PostgresStore("host=127.0.0.1 port")
+    with pytest.raises(TypeError, match=r"must be a connection string, a psycopg_pool\.ConnectionPool"):
+        PostgresStore(5432)  # type: ignore[arg-type]
+
+
+def test_expiry_uses_the_column_and_purge_deletes_rows(dsn: str, table: str) -> None:
+    store = PostgresStore(dsn, table=table)
+    try:
+        store.save("old", "x", 0, 0.05)
+        store.save("new", "x", 0, 60)
+        store.save("huge", "x", 0, 1e300)
+        _query(dsn, f"UPDATE {table} SET expires_at = now() - interval '1 second' WHERE id = 'old'")
+        assert store.load("old") is None
+        assert len(_query(dsn, f"SELECT id FROM {table}")) == 3, "an expired row stays until purged"
+        assert store.purge_expired() == 1
+        assert sorted(_query(dsn, f"SELECT id FROM {table}")) == [("huge",), ("new",)]
+        years = _query(
+            dsn,
+            f"SELECT extract(year FROM expires_at) - extract(year FROM now()) FROM {table} WHERE id = 'huge'",
+        )[0][0]
+        assert years > 300, "a huge ttl means practically never"
+    finally:
+        store.close()
+
+
+def test_a_failed_save_writes_nothing(dsn: str, table: str) -> None:
+    """The save is one transaction: an error inside it (here the row is locked past the
+    statement timeout) leaves the previous revision."""
+    store = PostgresStore(f"{dsn}?options=-c%20lock_timeout%3D200", table=table)
+    try:
+        store.save("s", "one", 0)
+        with psycopg.connect(dsn) as locker:
+            locker.execute(f"SELECT * FROM {table} WHERE id = 's' FOR UPDATE")
+            with pytest.raises(StoreUnavailableError, match=r"save of session 's' failed: .*lock timeout"):
+                store.save("s", "two", 1)
+            locker.rollback()
+        assert store.load("s") == StoredSession("one", 1)
+        assert store.save("s", "two", 1) == 2
+    finally:
+        store.close()
+
+
+def test_given_pools_serve_one_side_and_stay_open(dsn: str, table: str) -> None:
+    with psycopg_pool.ConnectionPool(dsn, min_size=1, open=True) as pool:
+        store = PostgresStore(pool, table=table)
+        store.save("s", "x", 0)
+        store.close()
+        assert not pool.closed
+        assert store.load("s") == StoredSession("x", 1)
+        with pytest.raises(TypeError, match="given a blocking ConnectionPool: use load, save"):
+            asyncio.run(store.aload("s"))
+
+    async def main() -> None:
+        async with psycopg_pool.AsyncConnectionPool(dsn, min_size=1, open=False) as given:
+            async_store = PostgresStore(given, table=table)
+            assert await async_store.aload("s") == StoredSession("x", 1)
+            assert await async_store.asave("s", "y", 1) == 2
+            await async_store.aclose()
+            assert not given.closed
+            with pytest.raises(TypeError, match="given an AsyncConnectionPool: use the a-methods"):
+                async_store.load("s")
+
+    asyncio.run(main())
+
+
+def test_close_then_reuse(dsn: str, table: str) -> None:
+    store = PostgresStore(dsn, table=table)
+    store.save("s", "x", 0)
+    store.close()
+    store.close()
+    assert store.load("s") == StoredSession("x", 1), "a closed store opens a new pool on next use"
+    store.close()
+
+
+def test_async_pool_belongs_to_one_event_loop(dsn: str, table: str) -> None:
+    store = PostgresStore(dsn, table=table)
+
+    async def load() -> Any:
+        try:
+            return await store.aload("s")
+        finally:
+            await store.aclose()
+
+    first = asyncio.new_event_loop()
+    try:
+        first.run_until_complete(store.asave("s", "x", 0))
+        with pytest.raises(RuntimeError, match="belongs to another event loop"):
+            asyncio.run(store.aload("s"))
+        first.run_until_complete(store.aclose())
+    finally:
+        first.close()
+    assert asyncio.run(load()) == StoredSession("x", 1), "after aclose a new loop gets a new pool"
+
+
+def test_conflict_names_the_live_revision(dsn: str, table: str) -> None:
+    store = PostgresStore(dsn, table=table)
+    try:
+        store.save("s", "x", 0)
+        store.save("s", "x", 1)
+        with pytest.raises(
+            ConflictError, match="session 's': saved against revision 1 but the store is at revision 2"
+        ):
+            store.save("s", "x", 1)
+    finally:
+        store.close()
+
+
+def test_server_down_raises_unavailable_fast_then_work_resumes(dsn: str, table: str) -> None:
+    ctl = postgres_ctl()
+    store = PostgresStore(dsn, table=table, timeout=1)
+    try:
+        store.save("s", "one", 0)
+        store.save("s", "two", 1)
+        with stopped(ctl):
+            for call in (lambda: store.save("s", "lost", 2), lambda: store.load("s"), lambda: store.ids()):
+                with pytest.raises(StoreUnavailableError, match=r"PostgreSQL .* failed") as caught:
+                    call()
+                assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+        assert store.load("s") == StoredSession("two", 2), "nothing was written while the server was down"
+        assert store.save("s", "three", 2) == 3
+    finally:
+        store.close()
+
+
+def test_server_down_raises_unavailable_then_work_resumes_async(dsn: str, table: str) -> None:
+    ctl = postgres_ctl()
+    store = PostgresStore(dsn, table=table, timeout=1)
+
+    async def main() -> None:
+        try:
+            await store.asave("s", "one", 0)
+            with stopped(ctl):
+                with pytest.raises(
+                    StoreUnavailableError, match="PostgreSQL save of session 's' failed"
+                ) as caught:
+                    await store.asave("s", "lost", 1)
+                assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+            assert await store.aload("s") == StoredSession("one", 1)
+            assert await store.asave("s", "two", 1) == 2
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+def _run_python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_importing_the_store_loads_no_driver() -> None:
+    out = _run_python(
+        "import sys; from rollmem.stores import PostgresStore\n"
+        "print(sorted(m for m in ('psycopg', 'psycopg_pool') if m in sys.modules))"
+    )
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("missing", ["psycopg", "psycopg_pool"])
+def test_missing_driver_names_the_extra(missing: str) -> None:
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "from rollmem.stores import PostgresStore\n"
+        "from rollmem.errors import MissingExtraError\n"
+        "try:\n    PostgresStore('host=127.0.0.1')\n"
+        "except MissingExtraError as exc:\n    print(exc)\n"
+    )
+    assert _run_python(code).strip() == (
+        f'PostgresStore needs the {missing!r} package: pip install "rollmem[postgres]"'
+    )
