@@ -1,0 +1,69 @@
+"""Helpers shared by the session tests and their worker processes.
+
+Run as a script, this module is one writer of the multi-process test::
+
+    python _support.py BACKEND LOCATION NAMESPACE SESSION_ID WORKER COUNT GO_FILE
+
+It prints ``ready``, waits until GO_FILE exists, adds COUNT messages ``p{WORKER}-{i}`` to the
+session, one ``open`` block each, then prints ``{"retries": n}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rollmem.memory import RollingMemory
+from rollmem.message import Message
+from rollmem.sessions import Sessions
+
+
+def fold_ids(summary: str, messages: Sequence[Message]) -> str:
+    """A summarizer whose summary lists the content of every message it folded, in order."""
+    return " ".join([summary, *(m.content for m in messages)]).strip()
+
+
+def make_store(name: str, location: str, namespace: str) -> Any:
+    """A store of backend ``name`` on ``location``, private to ``namespace``."""
+    if name == "sqlite":
+        from rollmem.stores import SQLiteStore
+
+        return SQLiteStore(location)
+    if name == "redis":
+        from rollmem.stores import RedisStore
+
+        return RedisStore(location, prefix=namespace + ":")
+    if name == "postgres":
+        from rollmem.stores import PostgresStore
+
+        return PostgresStore(location, table=namespace)
+    raise ValueError(f"no shared store {name!r}")
+
+
+# The multi-process test: a tight budget so that most adds fold, and retries without limit
+# (a lost compare-and-set is the thing under test, not an error).
+WORKER_MAX_TOKENS = 8
+
+
+def worker(
+    backend: str, location: str, namespace: str, session_id: str, index: int, count: int, go: Path
+) -> None:
+    store = make_store(backend, location, namespace)
+    sessions = Sessions(store, lambda: RollingMemory(WORKER_MAX_TOKENS, fold_ids), max_retries=1_000_000)
+    print("ready", flush=True)
+    while not go.exists():
+        time.sleep(0.005)
+    for number in range(count):
+        with sessions.open(session_id) as memory:
+            memory.add_user_message(f"p{index}-{number}")
+    store.close()
+    print(json.dumps({"retries": sessions.retries}), flush=True)
+
+
+if __name__ == "__main__":
+    _, backend, location, namespace, session_id, index, count, go = sys.argv
+    worker(backend, location, namespace, session_id, int(index), int(count), Path(go))

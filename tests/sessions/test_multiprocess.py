@@ -1,0 +1,68 @@
+"""Eight processes append to one session at once: every message ends in the buffer or was
+folded into the summary exactly once, however many compare-and-set saves were lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rollmem.memory import BufferMemory
+from rollmem.sessions import Sessions
+
+from . import _support
+from .conftest import Backend
+
+PROCESSES = 8
+ADDS = 200
+
+
+def test_processes_appending_to_one_session_lose_and_duplicate_nothing(
+    shared_backend: Backend, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend = shared_backend
+    go = tmp_path / "go"
+    arguments = [backend.name, backend.location, backend.namespace, "shared"]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, _support.__file__, *arguments, str(index), str(ADDS), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for index in range(PROCESSES)
+    ]
+    try:
+        for worker in workers:
+            assert worker.stdout is not None
+            assert worker.stdout.readline() == "ready\n", worker.communicate()[1]
+        go.touch()  # all writers start together
+        outputs = [worker.communicate(timeout=300) for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    for worker, (_out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err
+    retries = sum(json.loads(out)["retries"] for out, _ in outputs)
+    assert retries > 0  # the writers did overlap: lost compare-and-sets were replayed
+
+    stored = Sessions(backend.store(), BufferMemory).get("shared")
+    assert stored is not None
+    folded = stored.summary.split()
+    kept = [message.content for message in stored.buffer]
+    expected = {f"p{worker}-{number}" for worker in range(PROCESSES) for number in range(ADDS)}
+    seen = Counter(folded + kept)
+    assert set(seen) == expected
+    assert [name for name, times in seen.items() if times > 1] == []
+    assert len(kept) <= _support.WORKER_MAX_TOKENS
+    for worker in range(PROCESSES):  # each writer's messages keep their order
+        mine = [name for name in folded + kept if name.startswith(f"p{worker}-")]
+        assert mine == [f"p{worker}-{number}" for number in range(ADDS)]
+    with capsys.disabled():
+        print(f"\n[{backend.name}] {PROCESSES} processes x {ADDS} adds: {retries} retries", end="")
