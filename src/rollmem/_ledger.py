@@ -115,6 +115,11 @@ class Ledger:
     # -- keeping up with the buffer ---------------------------------------------------------
 
     @property
+    def version(self) -> tuple[int, int, int]:
+        """Changes with every change to the buffer but appends."""
+        return (self.epoch, id(self.items), self.items.changes)
+
+    @property
     def in_flight(self) -> bool:
         """Whether a plan was made and is neither committed nor aborted yet."""
         return self._guard >= 0

@@ -248,6 +248,10 @@ class _Memory:
                 raise TypeError(f"messages[{index}]: expected Message, got {type(message).__name__}")
         return batch
 
+    def _state_version(self) -> tuple[int, ...]:
+        """Changes whenever a fold in flight would be discarded."""
+        return (self._generation, *self._ledger.version)
+
     def _record(self, *entry: Any) -> None:
         if self._journal is not None:
             self._journal.append(entry)
@@ -542,8 +546,10 @@ class _SyncMemory(_Memory):
             self._prune()
 
     def _prune(self) -> None:
-        if self._needs_fold():
-            self._run(self._plan)
+        while self._needs_fold():
+            before = self._state_version()
+            if self._run(self._plan) == 0 and self._state_version() == before:
+                break  # nothing the policy may cut; a fold discarded by a change is planned again
 
     def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
         with self._fold_lock:
@@ -733,15 +739,19 @@ class _AsyncMemory(_Memory):
         if not self._needs_fold():
             return
         if not self._background:
-            await self._run(self._plan)
+            await self._fold_until_settled()
         elif self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._fold_in_background())
 
+    async def _fold_until_settled(self) -> None:
+        while self._needs_fold():
+            before = self._state_version()
+            if await self._run(self._plan) == 0 and self._state_version() == before:
+                break  # nothing the policy may cut; a fold discarded by a change is planned again
+
     async def _fold_in_background(self) -> None:
         try:
-            while self._needs_fold():
-                if await self._run(self._plan) == 0:
-                    break
+            await self._fold_until_settled()
         except Exception as exc:  # kept for flush(); retried on the next add
             self._task_error = exc
 

@@ -7,14 +7,23 @@ Every test works under its own key prefix or table, removed afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, Callable, ClassVar
 
-from .contract import service_url
+import pytest
+
+from rollmem.errors import StoreUnavailableError
+from rollmem.stores import AsyncStore, Store, StoredSession
+
+from .contract import assert_every_increment_won_once, compare_and_set_in_processes, service_url
 
 __all__ = [
+    "ServerStoreChecks",
     "drop_redis_keys",
     "drop_table",
     "postgres_ctl",
@@ -54,7 +63,7 @@ def unique_name(stem: str) -> str:
 
 
 def _control(script: str, action: str) -> None:
-    subprocess.run([script, action], check=True, timeout=120, capture_output=True)
+    subprocess.run(["bash", script, action], check=True, timeout=120, capture_output=True)
 
 
 @contextmanager
@@ -88,3 +97,130 @@ def drop_table(dsn: str, table: str) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(*table.split("."))))
+
+
+def _python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+class ServerStoreChecks:
+    """Tests every server store runs besides the contract: lifecycle, outages, lazy driver.
+
+    A subclass supplies ``store_factory`` (stores in the test's own namespace), the class
+    attributes below, and ``outage_store`` when failing fast needs other settings.
+    """
+
+    store_name: ClassVar[str]
+    """``RedisStore`` or ``PostgresStore``, as imported from ``rollmem.stores``."""
+    extra: ClassVar[str]
+    driver_modules: ClassVar[tuple[str, ...]]
+    dead_address: ClassVar[str]
+    """An address the store accepts; used only where the driver is missing."""
+    control: ClassVar[Callable[[], str]]
+    driver_error: ClassVar[Callable[[], type[BaseException]]]
+    """The driver's exception a lost connection raises (the ``__cause__`` to expect)."""
+
+    def store_factory(self) -> Callable[[], Any]:
+        """A picklable callable making a new store in the test's namespace."""
+        raise NotImplementedError
+
+    def outage_store(self) -> Any:
+        return self.store_factory()()
+
+    def test_implements_both_protocols(self) -> None:
+        store = self.store_factory()()
+        assert isinstance(store, Store)
+        assert isinstance(store, AsyncStore)
+
+    def test_processes_never_lose_an_update(self) -> None:
+        make_store = self.store_factory()
+        won = compare_and_set_in_processes(make_store, "race", processes=8, saves=25)
+        store = make_store()
+        try:
+            assert_every_increment_won_once(store.load("race"), won, 8 * 25)
+        finally:
+            store.close()
+
+    def test_close_then_reuse(self) -> None:
+        store = self.store_factory()()
+        store.save("s", "x", 0)
+        store.close()
+        store.close()
+        assert store.load("s") == StoredSession("x", 1), "a closed store reconnects on next use"
+        store.close()
+
+    def test_async_side_belongs_to_one_event_loop(self) -> None:
+        store = self.store_factory()()
+
+        async def load() -> Any:
+            try:
+                return await store.aload("s")
+            finally:
+                await store.aclose()
+
+        first = asyncio.new_event_loop()
+        try:
+            first.run_until_complete(store.asave("s", "x", 0))
+            with pytest.raises(RuntimeError, match="belongs to another event loop"):
+                asyncio.run(store.aload("s"))
+            first.run_until_complete(store.aclose())
+        finally:
+            first.close()
+        assert asyncio.run(load()) == StoredSession("x", 1), "after aclose a new loop gets a new connection"
+
+    def test_server_down_raises_unavailable_then_work_resumes(self) -> None:
+        script, cause = type(self).control(), type(self).driver_error()
+        store = self.outage_store()
+        try:
+            store.save("s", "one", 0)
+            store.save("s", "two", 1)
+            with stopped(script):
+                calls = {"save": ("s", "lost", 2), "load": ("s",), "delete": ("s",), "listing": ()}
+                for action, args in calls.items():
+                    method = getattr(store, "ids" if action == "listing" else action)
+                    with pytest.raises(StoreUnavailableError, match=f" {action} .*failed") as caught:
+                        method(*args)
+                    assert isinstance(caught.value.__cause__, cause)
+            assert store.load("s") == StoredSession("two", 2), "nothing was written while the server was down"
+            assert store.save("s", "three", 2) == 3
+        finally:
+            store.close()
+
+    def test_server_down_raises_unavailable_then_work_resumes_async(self) -> None:
+        script, cause = type(self).control(), type(self).driver_error()
+        store = self.outage_store()
+
+        async def main() -> None:
+            try:
+                await store.asave("s", "one", 0)
+                with stopped(script):
+                    with pytest.raises(StoreUnavailableError, match="save of session 's' failed") as caught:
+                        await store.asave("s", "lost", 1)
+                    assert isinstance(caught.value.__cause__, cause)
+                    with pytest.raises(StoreUnavailableError, match="listing failed"):
+                        await store.aids()
+                assert await store.aload("s") == StoredSession("one", 1)
+                assert await store.asave("s", "two", 1) == 2
+            finally:
+                await store.aclose()
+
+        asyncio.run(main())
+
+    def test_importing_the_store_loads_no_driver(self) -> None:
+        out = _python(
+            f"import sys; from rollmem.stores import {self.store_name}\n"
+            f"print(sorted(m for m in {self.driver_modules!r} if m in sys.modules))"
+        )
+        assert out.strip() == "[]"
+
+    def test_missing_driver_names_the_extra(self) -> None:
+        for module in self.driver_modules:
+            code = (
+                f"import sys; sys.modules[{module!r}] = None\n"
+                f"from rollmem.stores import {self.store_name}\n"
+                "from rollmem.errors import MissingExtraError\n"
+                f"try:\n    {self.store_name}({self.dead_address!r})\n"
+                "except MissingExtraError as exc:\n    print(exc)\n"
+            )
+            expected = f'{self.store_name} needs the {module!r} package: pip install "rollmem[{self.extra}]"'
+            assert _python(code).strip() == expected

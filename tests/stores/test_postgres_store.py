@@ -5,24 +5,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from rollmem.errors import ConflictError, StoreUnavailableError
-from rollmem.stores import AsyncStore, Store, StoredSession
+from rollmem.stores import StoredSession
 
 from .contract import (
     AsyncStoreContract,
     StoreContract,
-    assert_every_increment_won_once,
-    compare_and_set_in_processes,
 )
-from .servers import drop_table, postgres_ctl, postgres_dsn, stopped, unique_name
+from .servers import ServerStoreChecks, drop_table, postgres_ctl, postgres_dsn, unique_name
 
 psycopg = pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
 psycopg_pool = pytest.importorskip(
@@ -57,8 +53,11 @@ class _Isolated:
     def _isolate(self, dsn: str, table: str) -> None:
         self.dsn, self.table = dsn, table
 
+    def store_factory(self) -> Callable[[], PostgresStore]:
+        return functools.partial(PostgresStore, self.dsn, table=self.table)
+
     def make_store(self) -> PostgresStore:
-        return PostgresStore(self.dsn, table=self.table)
+        return self.store_factory()()
 
 
 class TestPostgresStore(_Isolated, StoreContract):
@@ -67,6 +66,18 @@ class TestPostgresStore(_Isolated, StoreContract):
 
 class TestPostgresStoreAsync(_Isolated, AsyncStoreContract):
     pass
+
+
+class TestPostgresStoreServer(_Isolated, ServerStoreChecks):
+    store_name = "PostgresStore"
+    extra = "postgres"
+    driver_modules = ("psycopg", "psycopg_pool")
+    dead_address = "host=127.0.0.1 port=1"
+    control = staticmethod(postgres_ctl)
+    driver_error = staticmethod(lambda: psycopg.OperationalError)
+
+    def outage_store(self) -> PostgresStore:
+        return PostgresStore(self.dsn, table=self.table, timeout=1)
 
 
 class TestPostgresStoreGivenPool(_Isolated, StoreContract):
@@ -81,22 +92,6 @@ class TestPostgresStoreGivenPool(_Isolated, StoreContract):
 
     def make_store(self) -> PostgresStore:
         return PostgresStore(self.pool, table=self.table)
-
-
-def test_implements_both_protocols(dsn: str) -> None:
-    store = PostgresStore(dsn)
-    assert isinstance(store, Store)
-    assert isinstance(store, AsyncStore)
-
-
-def test_processes_never_lose_an_update(dsn: str, table: str) -> None:
-    make_store = functools.partial(PostgresStore, dsn, table=table)
-    won = compare_and_set_in_processes(make_store, "race", processes=8, saves=25)
-    store = make_store()
-    try:
-        assert_every_increment_won_once(store.load("race"), won, 8 * 25)
-    finally:
-        store.close()
 
 
 def test_table_is_created_on_first_use_with_its_columns(dsn: str, table: str) -> None:
@@ -273,35 +268,6 @@ def test_given_pools_serve_one_side_and_stay_open(dsn: str, table: str) -> None:
     asyncio.run(main())
 
 
-def test_close_then_reuse(dsn: str, table: str) -> None:
-    store = PostgresStore(dsn, table=table)
-    store.save("s", "x", 0)
-    store.close()
-    store.close()
-    assert store.load("s") == StoredSession("x", 1), "a closed store opens a new pool on next use"
-    store.close()
-
-
-def test_async_pool_belongs_to_one_event_loop(dsn: str, table: str) -> None:
-    store = PostgresStore(dsn, table=table)
-
-    async def load() -> Any:
-        try:
-            return await store.aload("s")
-        finally:
-            await store.aclose()
-
-    first = asyncio.new_event_loop()
-    try:
-        first.run_until_complete(store.asave("s", "x", 0))
-        with pytest.raises(RuntimeError, match="belongs to another event loop"):
-            asyncio.run(store.aload("s"))
-        first.run_until_complete(store.aclose())
-    finally:
-        first.close()
-    assert asyncio.run(load()) == StoredSession("x", 1), "after aclose a new loop gets a new pool"
-
-
 def test_conflict_names_the_live_revision(dsn: str, table: str) -> None:
     store = PostgresStore(dsn, table=table)
     try:
@@ -313,67 +279,3 @@ def test_conflict_names_the_live_revision(dsn: str, table: str) -> None:
             store.save("s", "x", 1)
     finally:
         store.close()
-
-
-def test_server_down_raises_unavailable_fast_then_work_resumes(dsn: str, table: str) -> None:
-    ctl = postgres_ctl()
-    store = PostgresStore(dsn, table=table, timeout=1)
-    try:
-        store.save("s", "one", 0)
-        store.save("s", "two", 1)
-        with stopped(ctl):
-            for call in (lambda: store.save("s", "lost", 2), lambda: store.load("s"), lambda: store.ids()):
-                with pytest.raises(StoreUnavailableError, match=r"PostgreSQL .* failed") as caught:
-                    call()
-                assert isinstance(caught.value.__cause__, psycopg.OperationalError)
-        assert store.load("s") == StoredSession("two", 2), "nothing was written while the server was down"
-        assert store.save("s", "three", 2) == 3
-    finally:
-        store.close()
-
-
-def test_server_down_raises_unavailable_then_work_resumes_async(dsn: str, table: str) -> None:
-    ctl = postgres_ctl()
-    store = PostgresStore(dsn, table=table, timeout=1)
-
-    async def main() -> None:
-        try:
-            await store.asave("s", "one", 0)
-            with stopped(ctl):
-                with pytest.raises(
-                    StoreUnavailableError, match="PostgreSQL save of session 's' failed"
-                ) as caught:
-                    await store.asave("s", "lost", 1)
-                assert isinstance(caught.value.__cause__, psycopg.OperationalError)
-            assert await store.aload("s") == StoredSession("one", 1)
-            assert await store.asave("s", "two", 1) == 2
-        finally:
-            await store.aclose()
-
-    asyncio.run(main())
-
-
-def _run_python(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-
-
-def test_importing_the_store_loads_no_driver() -> None:
-    out = _run_python(
-        "import sys; from rollmem.stores import PostgresStore\n"
-        "print(sorted(m for m in ('psycopg', 'psycopg_pool') if m in sys.modules))"
-    )
-    assert out.strip() == "[]"
-
-
-@pytest.mark.parametrize("missing", ["psycopg", "psycopg_pool"])
-def test_missing_driver_names_the_extra(missing: str) -> None:
-    code = (
-        f"import sys; sys.modules[{missing!r}] = None\n"
-        "from rollmem.stores import PostgresStore\n"
-        "from rollmem.errors import MissingExtraError\n"
-        "try:\n    PostgresStore('host=127.0.0.1')\n"
-        "except MissingExtraError as exc:\n    print(exc)\n"
-    )
-    assert _run_python(code).strip() == (
-        f'PostgresStore needs the {missing!r} package: pip install "rollmem[postgres]"'
-    )

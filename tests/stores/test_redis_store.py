@@ -5,23 +5,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from rollmem.errors import ConflictError, MissingExtraError, StoreUnavailableError
-from rollmem.stores import AsyncStore, Store, StoredSession
+from rollmem.errors import ConflictError, StoreUnavailableError
+from rollmem.stores import StoredSession
 
 from .contract import (
     AsyncStoreContract,
     StoreContract,
-    assert_every_increment_won_once,
-    compare_and_set_in_processes,
 )
-from .servers import drop_redis_keys, redis_ctl, redis_url, stopped, unique_name
+from .servers import ServerStoreChecks, drop_redis_keys, redis_ctl, redis_url, unique_name
 
 redis = pytest.importorskip("redis", reason='the Redis tests need pip install "rollmem[redis]"')
 redis_asyncio = pytest.importorskip("redis.asyncio")
@@ -57,12 +53,24 @@ class _Isolated:
     def _isolate(self, url: str, prefix: str) -> None:
         self.url, self.prefix = url, prefix
 
+    def store_factory(self) -> Callable[[], RedisStore]:
+        return functools.partial(RedisStore, self.url, prefix=self.prefix)
+
     def make_store(self) -> RedisStore:
-        return RedisStore(self.url, prefix=self.prefix)
+        return self.store_factory()()
 
 
 class TestRedisStore(_Isolated, StoreContract):
     pass
+
+
+class TestRedisStoreServer(_Isolated, ServerStoreChecks):
+    store_name = "RedisStore"
+    extra = "redis"
+    driver_modules = ("redis",)
+    dead_address = "redis://127.0.0.1:1"
+    control = staticmethod(redis_ctl)
+    driver_error = staticmethod(lambda: redis.exceptions.ConnectionError)
 
 
 class TestRedisStoreAsync(_Isolated, AsyncStoreContract):
@@ -80,22 +88,6 @@ class TestRedisStoreGivenDecodingClient(_Isolated, StoreContract):
 
     def make_store(self) -> RedisStore:
         return RedisStore(self.client, prefix=self.prefix)
-
-
-def test_implements_both_protocols(url: str) -> None:
-    store = RedisStore(url)
-    assert isinstance(store, Store)
-    assert isinstance(store, AsyncStore)
-
-
-def test_processes_never_lose_an_update(url: str, prefix: str) -> None:
-    make_store = functools.partial(RedisStore, url, prefix=prefix)
-    won = compare_and_set_in_processes(make_store, "race", processes=8, saves=25)
-    store = make_store()
-    try:
-        assert_every_increment_won_once(store.load("race"), won, 8 * 25)
-    finally:
-        store.close()
 
 
 def test_layout_is_one_hash_per_session(url: str, prefix: str, client: redis.Redis) -> None:
@@ -234,98 +226,3 @@ def test_given_clients_serve_one_side_and_stay_open(url: str, prefix: str, clien
             await given.aclose()
 
     asyncio.run(main())
-
-
-def test_close_then_reuse(url: str, prefix: str) -> None:
-    store = RedisStore(url, prefix=prefix)
-    store.save("s", "x", 0)
-    store.close()
-    store.close()
-    assert store.load("s") == StoredSession("x", 1), "a closed store reconnects on next use"
-    store.close()
-
-
-def test_async_client_belongs_to_one_event_loop(url: str, prefix: str) -> None:
-    store = RedisStore(url, prefix=prefix)
-
-    async def load() -> Any:
-        try:
-            return await store.aload("s")
-        finally:
-            await store.aclose()
-
-    first = asyncio.new_event_loop()
-    try:
-        first.run_until_complete(store.asave("s", "x", 0))
-        with pytest.raises(RuntimeError, match="belongs to another event loop"):
-            asyncio.run(store.aload("s"))
-        first.run_until_complete(store.aclose())
-    finally:
-        first.close()
-    assert asyncio.run(load()) == StoredSession("x", 1), "after aclose a new loop gets a new client"
-
-
-def test_server_down_raises_unavailable_then_work_resumes(url: str, prefix: str) -> None:
-    ctl = redis_ctl()
-    store = RedisStore(url, prefix=prefix)
-    try:
-        store.save("s", "one", 0)
-        store.save("s", "two", 1)
-        with stopped(ctl):
-            for call in (
-                lambda: store.save("s", "lost", 2),
-                lambda: store.load("s"),
-                lambda: store.delete("s"),
-                lambda: store.ids(),
-            ):
-                with pytest.raises(StoreUnavailableError, match=r"Redis .* failed") as caught:
-                    call()
-                assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
-        assert store.load("s") == StoredSession("two", 2), "nothing was written while the server was down"
-        assert store.save("s", "three", 2) == 3
-    finally:
-        store.close()
-
-
-def test_server_down_raises_unavailable_then_work_resumes_async(url: str, prefix: str) -> None:
-    ctl = redis_ctl()
-    store = RedisStore(url, prefix=prefix)
-
-    async def main() -> None:
-        try:
-            await store.asave("s", "one", 0)
-            with stopped(ctl):
-                with pytest.raises(StoreUnavailableError, match="Redis save of session 's' failed") as caught:
-                    await store.asave("s", "lost", 1)
-                assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
-                with pytest.raises(StoreUnavailableError):
-                    await store.aids()
-            assert await store.aload("s") == StoredSession("one", 1)
-            assert await store.asave("s", "two", 1) == 2
-        finally:
-            await store.aclose()
-
-    asyncio.run(main())
-
-
-def _modules_after(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-
-
-def test_importing_the_store_loads_no_driver() -> None:
-    out = _modules_after("import sys; from rollmem.stores import RedisStore; print('redis' in sys.modules)")
-    assert out.strip() == "False"
-
-
-def test_missing_driver_names_the_extra() -> None:
-    code = (
-        "import sys; sys.modules['redis'] = None\n"
-        "from rollmem.stores import RedisStore\n"
-        "from rollmem.errors import MissingExtraError\n"
-        "try:\n    RedisStore('redis://127.0.0.1:1')\n"
-        "except MissingExtraError as exc:\n    print(exc)\n"
-    )
-    assert _modules_after(code).strip() == (
-        "RedisStore needs the 'redis' package: pip install \"rollmem[redis]\""
-    )
-    assert issubclass(MissingExtraError, ImportError)

@@ -213,6 +213,9 @@ class PostgresStore:
             "min_size": 1,
             "max_size": 10,
             "timeout": self._timeout,
+            # Give up reconnecting soon, so that the next request after an outage connects at
+            # once instead of waiting out the pool's growing backoff (up to minutes).
+            "reconnect_timeout": self._timeout,
             "open": False,
             "name": f"rollmem-{self._table}",
         }

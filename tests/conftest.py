@@ -1,0 +1,231 @@
+"""Shared test fixtures: token counters and summarizers that record what they were given.
+
+Every fixture returns a fresh object. The summarizers build a deterministic summary that
+accumulates the folded messages, so a test can prove each message was folded exactly once::
+
+    rec = RecordingSummarizer()
+    rec("", [Message("user", "a"), Message("user", "b")])  # -> "a|b"
+    rec("a|b", [Message("user", "c")])                      # -> "a|b|c"
+
+Fixtures: ``char_counter`` (``len(text)``), ``word_counter`` (``len(text.split())``),
+``recorder`` / ``make_recorder`` (sync), ``async_recorder`` / ``make_async_recorder``
+(pass ``rec.summarize`` to the async classes), ``failing_summarizer``, and ``make_gate`` /
+``make_async_gate`` (summarizers that block until released, to act while a fold is in flight).
+Hypothesis state machines cannot take fixtures: build them inside a test that receives
+``make_recorder`` / ``make_async_recorder`` (factories returning new recorders).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from typing import Callable
+
+import pytest
+
+from rollmem.message import Message
+
+SEPARATOR = "|"
+
+
+class SummarizerDown(RuntimeError):
+    """What the failing summarizers raise."""
+
+
+def fold_text(summary: str, messages: Sequence[Message]) -> str:
+    """The summary the recorders return: ``summary`` then each message's content, ``|``-separated."""
+    parts = [summary] if summary else []
+    parts.extend(m.content for m in messages)
+    return SEPARATOR.join(parts)
+
+
+class RecordingSummarizer:
+    """A ``summarize_fn`` that records every call and returns :func:`fold_text`.
+
+    - ``calls``: ``(summary, messages)`` of every call, in call order, recorded when the call starts.
+    - ``results``: per call, what it returned (``None`` while running, and for a failed call).
+    - ``finished`` / ``failures``: how many calls returned or raised so far.
+    - ``folded``: the messages of the successful calls, concatenated.
+    - set ``fail = True`` to make calls raise :class:`SummarizerDown` (still recorded).
+    - ``delay`` seconds are slept inside each call (for thread tests).
+    """
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls: list[tuple[str, tuple[Message, ...]]] = []
+        self.results: list[str | None] = []
+        self.finished = 0
+        self.failures = 0
+        self.fail = False
+        self.delay = delay
+        self._lock = threading.Lock()
+
+    def _start(self, summary: str, messages: Sequence[Message]) -> int:
+        with self._lock:
+            self.calls.append((summary, tuple(messages)))
+            self.results.append(None)
+            return len(self.calls) - 1
+
+    def _finish(self, index: int) -> str:
+        with self._lock:
+            self.finished += 1
+            if self.fail:
+                self.failures += 1
+                raise SummarizerDown("summarizer down")
+            summary, batch = self.calls[index]
+            result = fold_text(summary, batch)
+            self.results[index] = result
+            return result
+
+    def __call__(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
+        if self.delay:
+            time.sleep(self.delay)
+        return self._finish(index)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.calls) - self.finished
+
+    @property
+    def texts(self) -> list[tuple[str, list[str]]]:
+        """``calls`` with each message replaced by its content: ``[("", ["a", "b"]), ...]``."""
+        return [(summary, [m.content for m in batch]) for summary, batch in self.calls]
+
+    @property
+    def folded(self) -> list[Message]:
+        return [
+            m for (_, batch), result in zip(self.calls, self.results) if result is not None for m in batch
+        ]
+
+
+class AsyncRecordingSummarizer(RecordingSummarizer):
+    """The coroutine twin: pass ``rec.summarize`` (a coroutine function) to the async classes.
+
+    ``summarize`` yields to the loop ``yields`` times (and sleeps ``delay``) between start and finish.
+    """
+
+    def __init__(self, delay: float = 0.0, yields: int = 1) -> None:
+        super().__init__(delay)
+        self.yields = yields
+
+    async def summarize(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
+        for _ in range(self.yields):
+            await asyncio.sleep(0)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return self._finish(index)
+
+
+GATE_TIMEOUT = 10.0
+
+
+class GatedSummarizer(RecordingSummarizer):
+    """A recorder whose calls block until ``release`` is set, so a test can act while a fold is
+    in flight; ``entered`` is set when a call starts. Raises ``TimeoutError`` if never released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
+        self.entered.set()
+        if not self.release.wait(GATE_TIMEOUT):
+            raise TimeoutError("the gate was never released")
+        return self._finish(index)
+
+
+class AsyncGatedSummarizer(RecordingSummarizer):
+    """The coroutine twin of :class:`GatedSummarizer` (pass ``gate.summarize``). Build it inside the
+    running loop. Also counts ``cancelled`` calls and the most calls running at once (``max_active``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = 0
+        self.active = 0
+        self.max_active = 0
+
+    async def summarize(self, summary: str, messages: Sequence[Message]) -> str:
+        index = self._start(summary, messages)
+        self.entered.set()
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            self.finished += 1
+            raise
+        finally:
+            self.active -= 1
+        return self._finish(index)
+
+
+def char_count(text: str) -> int:
+    return len(text)
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.fixture
+def char_counter() -> Callable[[str], int]:
+    """A token counter where one character is one token."""
+    return char_count
+
+
+@pytest.fixture
+def word_counter() -> Callable[[str], int]:
+    """A token counter where one whitespace-separated word is one token (rollmem's default rule)."""
+    return word_count
+
+
+@pytest.fixture
+def recorder() -> RecordingSummarizer:
+    """A fresh :class:`RecordingSummarizer`."""
+    return RecordingSummarizer()
+
+
+@pytest.fixture
+def make_recorder() -> Callable[..., RecordingSummarizer]:
+    """A factory: ``make_recorder(delay=0.0)`` returns a new :class:`RecordingSummarizer`."""
+    return RecordingSummarizer
+
+
+@pytest.fixture
+def async_recorder() -> AsyncRecordingSummarizer:
+    """A fresh :class:`AsyncRecordingSummarizer`; pass ``async_recorder.summarize``."""
+    return AsyncRecordingSummarizer()
+
+
+@pytest.fixture
+def make_async_recorder() -> Callable[..., AsyncRecordingSummarizer]:
+    """A factory: ``make_async_recorder(delay=0.0, yields=1)``."""
+    return AsyncRecordingSummarizer
+
+
+@pytest.fixture
+def make_gate() -> Callable[[], GatedSummarizer]:
+    """A factory of :class:`GatedSummarizer` (a summarizer that blocks until released)."""
+    return GatedSummarizer
+
+
+@pytest.fixture
+def make_async_gate() -> Callable[[], AsyncGatedSummarizer]:
+    """A factory of :class:`AsyncGatedSummarizer`; call it inside the running event loop."""
+    return AsyncGatedSummarizer
+
+
+@pytest.fixture
+def failing_summarizer() -> RecordingSummarizer:
+    """A :class:`RecordingSummarizer` with ``fail = True``: every call raises :class:`SummarizerDown`."""
+    rec = RecordingSummarizer()
+    rec.fail = True
+    return rec
