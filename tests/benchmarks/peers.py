@@ -55,8 +55,6 @@ class FakeSummarizer:
 class Peer:
     """Driver interface: ``convert`` once, ``prefill`` without pruning, then ``add`` one message."""
 
-    label = ""
-
     def convert(self, messages: Sequence[Message]) -> list[Any]:
         return list(messages)
 
@@ -83,7 +81,6 @@ class RollmemPeer(Peer):
         target_tokens: Optional[int] = None,
     ) -> None:
         self.memory = RollingMemory(max_tokens, summarizer.rollmem_fn, counter, target_tokens=target_tokens)
-        self.label = "rollmem" if target_tokens is None else "rollmem target 50%"
 
     def prefill(self, natives: Sequence[Message]) -> None:
         self.memory.extend(natives)
@@ -101,8 +98,6 @@ class RollmemPeer(Peer):
 
 
 class NaivePeer(Peer):
-    label = "naive (recount all)"
-
     def __init__(self, max_tokens: int, counter: Counter, summarizer: FakeSummarizer) -> None:
         self.max_tokens = max_tokens
         self.counter = counter
@@ -156,8 +151,6 @@ def _langchain_llm(counter: Counter, summarizer: FakeSummarizer) -> Any:
 
 
 class LangChainPeer(Peer):
-    label = "LangChain classic"
-
     def __init__(self, max_tokens: int, counter: Counter, summarizer: FakeSummarizer) -> None:
         from langchain_classic.memory import ConversationSummaryBufferMemory
         from langchain_core.prompts import PromptTemplate
@@ -237,8 +230,6 @@ def _llama_llm(summarizer: FakeSummarizer) -> Any:
 
 
 class LlamaIndexPeer(Peer):
-    label = "LlamaIndex"
-
     def __init__(self, max_tokens: int, counter: Counter, summarizer: FakeSummarizer) -> None:
         from llama_index.core.memory import ChatSummaryMemoryBuffer
 
