@@ -115,11 +115,6 @@ class Ledger:
     # -- keeping up with the buffer ---------------------------------------------------------
 
     @property
-    def version(self) -> tuple[int, int, int]:
-        """Changes with every change to the buffer but appends."""
-        return (self.epoch, id(self.items), self.items.changes)
-
-    @property
     def in_flight(self) -> bool:
         """Whether a plan was made and is neither committed nor aborted yet."""
         return self._guard >= 0
@@ -184,15 +179,16 @@ class Ledger:
         self._rebuild(list(shadow), list(self._costs))
 
     def _push(self, message: Message, cost: int) -> None:
-        index = self._offset + len(self._shadow)
-        self._shadow.append(message)
+        shadow = self._shadow
+        index = self._offset + len(shadow)
+        shadow.append(message)
         self._costs.append(cost)
         self.total += cost
         pinned = 1 if message.pinned else 0
         self.pinned += pinned
         units = self._units
-        anchors = self._anchors
-        callers = self._calls.get(message.tool_call_id) if message.tool_call_id is not None else None
+        call_id = message.tool_call_id
+        callers = None if call_id is None else self._calls.get(call_id)
         if callers:
             # A result: one unit from its earliest caller's unit to here, everything between merged.
             first = callers[0]
@@ -204,6 +200,7 @@ class Ledger:
             unit.stop = index + 1
             unit.cost += cost
             unit.pinned += pinned
+            anchors = self._anchors
             while anchors and anchors[-1] > unit.start:
                 anchors.pop()
             if unit.pinned and anchors and anchors[-1] == unit.start:
@@ -212,10 +209,12 @@ class Ledger:
                 self.epoch += 1  # reached into the region a plan in flight will cut
         else:
             units.append(_Unit(index, index + 1, cost, pinned))
-            if not pinned and not is_reply(message):
-                anchors.append(index)
-        for call in message.tool_calls:
-            self._calls.setdefault(call.id, []).append(index)
+            if not pinned and call_id is None and message.role not in _REPLY_ROLES:
+                self._anchors.append(index)
+        if message.tool_calls:
+            calls = self._calls
+            for call in message.tool_calls:
+                calls.setdefault(call.id, []).append(index)
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -238,10 +237,11 @@ class Ledger:
         if count == 0:
             return None
         boundary = units[count - 1].stop
-        anchor = next((start for start in self._anchors if start >= boundary), None)
-        if anchor is not None:
-            while units[count].start < anchor:
-                count += 1
+        for anchor in self._anchors:  # the anchors before the boundary are being cut: O(cut)
+            if anchor >= boundary:
+                while units[count].start < anchor:
+                    count += 1
+                break
         return self._plan(count)
 
     def plan_keep_last(self, keep_last: int) -> Optional[Plan]:
@@ -255,19 +255,27 @@ class Ledger:
         return self._plan(count)
 
     def _plan(self, count: int) -> Optional[Plan]:
-        units = self._units
-        offset = self._offset
-        shadow = self._shadow
-        messages: list[Message] = []
-        cost = 0
-        for position in range(count):
-            unit = units[position]
-            if not unit.pinned:
-                messages.extend(shadow[unit.start - offset : unit.stop - offset])
-                cost += unit.cost
-        if not messages:
+        if count == 0:
             return None
-        self._guard = units[count - 1].stop
+        units = self._units
+        stop = units[count - 1].stop
+        head = stop - self._offset
+        if not self.pinned:  # the common case: the cut is a plain prefix
+            messages = self._shadow[:head]
+            cost = sum(self._costs[:head])
+        else:
+            offset = self._offset
+            shadow = self._shadow
+            messages = []
+            cost = 0
+            for position in range(count):
+                unit = units[position]
+                if not unit.pinned:
+                    messages.extend(shadow[unit.start - offset : unit.stop - offset])
+                    cost += unit.cost
+            if not messages:
+                return None
+        self._guard = stop
         return Plan(count, messages, cost, self.epoch)
 
     def abort(self, plan: Plan) -> None:
@@ -284,31 +292,38 @@ class Ledger:
         offset = self._offset
         stop = units[plan.units - 1].stop
         head = stop - offset
-        cut = [units.popleft() for _ in range(plan.units)]
-        kept = [unit for unit in cut if unit.pinned]
-        new_offset = offset + head - sum(unit.stop - unit.start for unit in kept)
         shadow = self._shadow
-        kept_positions: list[int] = []
-        if kept:
-            next_start = new_offset
+        cut_messages = plan.messages if not self.pinned or not self._calls else shadow[:head]
+        if not self.pinned:  # the common case: the cut is a plain prefix
+            for _ in range(plan.units):
+                units.popleft()
+            moved: dict[int, int] = {}
+            new_offset = stop
+            del self._costs[:head]
+            del shadow[:head]
+            list.__delitem__(self.items, slice(0, head))
+        else:
+            cut = [units.popleft() for _ in range(plan.units)]
+            kept = [unit for unit in cut if unit.pinned]
+            new_offset = stop - sum(unit.stop - unit.start for unit in kept)
+            positions: list[int] = []
+            start = new_offset
             for unit in kept:
-                kept_positions.extend(range(unit.start - offset, unit.stop - offset))
-                unit.stop = next_start + (unit.stop - unit.start)
-                unit.start = next_start
-                next_start = unit.stop
+                positions.extend(range(unit.start - offset, unit.stop - offset))
+                unit.stop = start + (unit.stop - unit.start)
+                unit.start = start
+                start = unit.stop
             units.extendleft(reversed(kept))
+            moved = {offset + p: new_offset + i for i, p in enumerate(positions)}
+            kept_messages = [shadow[p] for p in positions]
+            self._costs[:head] = [self._costs[p] for p in positions]
+            shadow[:head] = kept_messages
+            list.__setitem__(self.items, slice(0, head), kept_messages)
         if self._calls:
-            self._renumber_calls(
-                shadow[:head], stop, {offset + p: new_offset + i for i, p in enumerate(kept_positions)}
-            )
+            self._renumber_calls(cut_messages, stop, moved)
         anchors = self._anchors
         while anchors and anchors[0] < stop:
             anchors.popleft()
-        kept_messages = [shadow[p] for p in kept_positions]
-        kept_costs = [self._costs[p] for p in kept_positions]
-        list.__setitem__(self.items, slice(0, head), kept_messages)
-        shadow[:head] = kept_messages
-        self._costs[:head] = kept_costs
         self._offset = new_offset
         self.total -= plan.cost
         self.epoch += 1

@@ -1,9 +1,11 @@
 """The memory classes: a running summary plus a verbatim buffer of recent messages.
 
 Every class shares one state (``summary``, ``buffer``), one serialization format and one fold
-*flow*: plan what leaves, ask for ``summarize(summary, evicted)``, then commit. The flow is a
-generator that yields its requests; the sync classes drive it with plain calls, the async ones
-with awaits. Policies differ only in how a message is measured and what a plan cuts.
+*flow*: :meth:`_Memory._begin_fold` plans what leaves, the driver asks for
+``summarize(summary, evicted)``, then :meth:`_Memory._finish_fold` commits (or
+:meth:`_Memory._fail_fold` leaves everything as it was). Every decision lives in those three; the
+sync and async drivers differ only in how they call the summarizer and the hook (await or not).
+Policies differ only in how a message is measured and what a plan cuts.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Awaitable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
 
 from . import _validate as v
 from ._ledger import Ledger, Plan
 from .errors import InvalidStateError
-from .message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
+from .message import ASSISTANT, NO_METADATA, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
 
 __all__ = [
     "AsyncRollingMemory",
@@ -46,6 +48,7 @@ EvictHook = Callable[[Sequence[Message]], Any]
 """Called with the messages that left the buffer, once per committed eviction."""
 
 STATE_VERSION = 2
+DISCARDED = -1  # what a fold flow returns when a change made while it ran won
 _READABLE_VERSIONS = (1, 2)
 
 _M = TypeVar("_M", bound="_Memory")
@@ -78,27 +81,15 @@ class MemoryStats:
         return asdict(self)
 
 
-class _Summarize:
-    """A request from the fold flow: call the summarizer."""
+class _Fold:
+    """A fold between its plan and its commit: what was cut, and what the commit must still find."""
 
-    __slots__ = ("messages", "summary")
+    __slots__ = ("generation", "plan", "summary")
 
-    def __init__(self, summary: str, messages: list[Message]) -> None:
+    def __init__(self, plan: Plan, summary: str, generation: int) -> None:
+        self.plan = plan
         self.summary = summary
-        self.messages = messages
-
-
-class _Notify:
-    """A request from the fold flow: call ``on_evict``."""
-
-    __slots__ = ("messages",)
-
-    def __init__(self, messages: list[Message]) -> None:
-        self.messages = messages
-
-
-_Request = Union[_Summarize, _Notify]
-_Flow = Generator[_Request, Any, int]
+        self.generation = generation
 
 
 def _check_callable(name: str, value: object) -> None:
@@ -206,7 +197,7 @@ class _Memory:
         if counter is None:
             return self._cost(message)
         cost = counter(message.token_text())
-        if isinstance(cost, bool) or not isinstance(cost, int):
+        if type(cost) is not int and (isinstance(cost, bool) or not isinstance(cost, int)):
             raise TypeError(f"token_counter returned {type(cost).__name__} for {where}; expected int")
         if cost < 0:
             raise ValueError(f"token_counter returned {cost} for {where}; expected a non-negative int")
@@ -225,20 +216,32 @@ class _Memory:
         metadata: Optional[Mapping[str, Any]],
         pinned: bool,
     ) -> Message:
+        if type(tool_calls) is not tuple:
+            tool_calls = tuple(tool_calls)
         return Message(
-            role, content, id, tuple(tool_calls), tool_call_id, {} if metadata is None else metadata, pinned
+            role, content, id, tool_calls, tool_call_id, NO_METADATA if metadata is None else metadata, pinned
         )
 
-    def _append(self, messages: Sequence[Message], entry: tuple[Any, ...]) -> None:
-        """Count, then append: a failure appends nothing."""
-        costs = [self._measure(m, "the new message" if len(messages) == 1 else f"messages[{i}]")
-                 for i, m in enumerate(messages)]  # fmt: skip
+    def _append_one(self, message: Message) -> None:
+        """Count, then append one message; a failure appends nothing."""
+        cost = self._measure(message, "the new message")
+        with self._lock:
+            ledger = self._ledger
+            if ledger.dirty:
+                ledger.sync(self._measure_at)
+            ledger.append(message, cost)
+            if self._journal is not None:
+                self._journal.append(("add", message))
+
+    def _append(self, messages: Sequence[Message]) -> None:
+        """Count them all, then append them all; a failure appends nothing."""
+        costs = [self._measure(message, f"messages[{i}]") for i, message in enumerate(messages)]
         with self._lock:
             ledger = self._ledger
             ledger.sync(self._measure_at)
             for message, cost in zip(messages, costs):
                 ledger.append(message, cost)
-            self._record(*entry)
+            self._record("extend", tuple(messages))
 
     @staticmethod
     def _check_batch(messages: Iterable[Message]) -> list[Message]:
@@ -248,51 +251,51 @@ class _Memory:
                 raise TypeError(f"messages[{index}]: expected Message, got {type(message).__name__}")
         return batch
 
-    def _state_version(self) -> tuple[int, ...]:
-        """Changes whenever a fold in flight would be discarded."""
-        return (self._generation, *self._ledger.version)
-
     def _record(self, *entry: Any) -> None:
         if self._journal is not None:
             self._journal.append(entry)
 
     # -- the fold flow ----------------------------------------------------------------------
 
-    def _fold_flow(self, plan_fn: Callable[[], Optional[Plan]]) -> _Flow:
-        """Plan, yield a summarize request (when there is a summarizer), then commit and yield a
-        notify request (when there is a hook). Returns how many messages left the buffer."""
+    def _begin_fold(self, plan_fn: Callable[[], Optional[Plan]]) -> Optional[_Fold]:
+        """Plan a fold; ``None`` when there is nothing to cut. The caller holds the fold lock and
+        ends the fold with :meth:`_finish_fold` or :meth:`_fail_fold`."""
+        ledger = self._ledger
         with self._lock:
-            ledger = self._ledger
-            ledger.sync(self._measure_at)
+            if ledger.dirty:
+                ledger.sync(self._measure_at)
             plan = plan_fn()
             if plan is None:
-                return 0
-            summary = self._summary
-            generation = self._generation
+                return None
             if self._summarize_fn is not None:
                 self._counts["summarizer_calls"] += 1
-        new_summary = summary
-        if self._summarize_fn is not None:
-            try:
-                new_summary = yield _Summarize(summary, plan.messages)
-                if not isinstance(new_summary, str):
-                    raise TypeError(f"summarize_fn returned {type(new_summary).__name__}; expected str")
-            except BaseException as exc:
-                with self._lock:
-                    ledger.abort(plan)
-                    if isinstance(exc, Exception):
-                        self._counts["failed_folds"] += 1
-                raise
+            return _Fold(plan, self._summary, self._generation)
+
+    def _fail_fold(self, fold: _Fold, error: BaseException) -> None:
+        """End a fold whose summarizer call raised (or was cancelled): nothing changes."""
         with self._lock:
-            if generation != self._generation or not ledger.commit(plan):
+            self._ledger.abort(fold.plan)
+            if isinstance(error, Exception):
+                self._counts["failed_folds"] += 1
+
+    def _finish_fold(self, fold: _Fold, new_summary: object) -> int:
+        """Commit a fold with the summarizer's answer; returns how many messages left the buffer,
+        or ``DISCARDED`` when a change made meanwhile (a clear, a pin, an assignment) won."""
+        if not isinstance(new_summary, str):
+            error = TypeError(f"summarize_fn returned {type(new_summary).__name__}; expected str")
+            self._fail_fold(fold, error)
+            raise error
+        plan = fold.plan
+        with self._lock:
+            ledger = self._ledger
+            if fold.generation != self._generation or not ledger.commit(plan):
                 ledger.abort(plan)
-                return 0
+                return DISCARDED
             self._summary = new_summary
-            self._counts["folds"] += 1
+            counts = self._counts
+            counts["folds"] += 1
             key = "messages_dropped" if self._summarize_fn is None else "messages_summarized"
-            self._counts[key] += len(plan.messages)
-        if self._on_evict is not None:
-            yield _Notify(plan.messages)
+            counts[key] += len(plan.messages)
         return len(plan.messages)
 
     # -- reads ------------------------------------------------------------------------------
@@ -484,7 +487,7 @@ class _SyncMemory(_Memory):
     ) -> Message:
         """Append a message, then evict what the policy says; returns the message."""
         message = self._new_message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
-        self._append((message,), ("add", message))
+        self._append_one(message)
         self._prune()
         return message
 
@@ -542,58 +545,41 @@ class _SyncMemory(_Memory):
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
         batch = self._check_batch(messages)
         if batch:
-            self._append(batch, ("extend", tuple(batch)))
+            self._append(batch)
             self._prune()
 
     def _prune(self) -> None:
-        while self._needs_fold():
-            before = self._state_version()
-            if self._run(self._plan) == 0 and self._state_version() == before:
-                break  # nothing the policy may cut; a fold discarded by a change is planned again
+        while self._needs_fold() and self._run(self._plan) != 0:
+            pass  # a fold discarded by a change made meanwhile is planned again
 
     def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
         with self._fold_lock:
             if self._ledger.in_flight:
                 return 0  # called back from inside this thread's own fold: leave it to that fold
-            return self._drive(self._fold_flow(plan_fn))
-
-    def _drive(self, flow: _Flow) -> int:
-        try:
-            request = next(flow)
-            while True:
-                if isinstance(request, _Summarize):
-                    try:
-                        result = self._call_summarizer(request)
-                    except BaseException as exc:
-                        request = flow.throw(exc)
-                        continue
-                    request = flow.send(result)
-                else:
-                    assert self._on_evict is not None
-                    try:
-                        self._on_evict(request.messages)
-                    except BaseException:
-                        flow.close()
-                        raise
-                    request = flow.send(None)
-        except StopIteration as stop:
-            count: int = stop.value
+            fold = self._begin_fold(plan_fn)
+            if fold is None:
+                return 0
+            summarize = self._summarize_fn
+            new_summary: object = fold.summary
+            if summarize is not None:
+                try:
+                    new_summary = summarize(fold.summary, fold.plan.messages)
+                    if type(new_summary) is not str and inspect.isawaitable(new_summary):
+                        raise _awaitable_result(new_summary, self._async_twin)
+                except BaseException as exc:
+                    self._fail_fold(fold, exc)
+                    raise
+            count = self._finish_fold(fold, new_summary)
+            if count > 0 and self._on_evict is not None:
+                self._on_evict(fold.plan.messages)
             return count
-
-    def _call_summarizer(self, request: _Summarize) -> str:
-        assert self._summarize_fn is not None
-        result = self._summarize_fn(request.summary, request.messages)
-        if inspect.isawaitable(result):
-            raise _awaitable_result(result, self._async_twin)
-        return result  # type: ignore[no-any-return]
 
     def _replay(self, entries: Iterable[tuple[Any, ...]]) -> None:
         """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
         for entry in entries:
             kind = entry[0]
             if kind == "add":
-                message = entry[1]
-                self._append((message,), entry)
+                self._append_one(entry[1])
                 self._prune()
             elif kind == "extend":
                 self.extend(entry[1])
@@ -610,7 +596,7 @@ class _SyncFolding(_SyncMemory):
         keep = _check_keep_last(keep_last)
         count = self._run(lambda: self._ledger.plan_keep_last(keep))
         self._record("fold", keep)
-        return count
+        return max(count, 0)
 
 
 def _check_keep_last(keep_last: object) -> int:
@@ -655,7 +641,7 @@ class _AsyncMemory(_Memory):
         """Append a message, then evict what the policy says (in the background when configured
         so); returns the message."""
         message = self._new_message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
-        self._append((message,), ("add", message))
+        self._append_one(message)
         await self._prune()
         return message
 
@@ -713,7 +699,7 @@ class _AsyncMemory(_Memory):
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
         batch = self._check_batch(messages)
         if batch:
-            self._append(batch, ("extend", tuple(batch)))
+            self._append(batch)
             await self._prune()
 
     async def fold(self, keep_last: int = 0) -> int:
@@ -722,7 +708,7 @@ class _AsyncMemory(_Memory):
         keep = _check_keep_last(keep_last)
         count = await self._run(lambda: self._ledger.plan_keep_last(keep))
         self._record("fold", keep)
-        return count
+        return max(count, 0)
 
     async def flush(self) -> None:
         """Wait for the folds in flight; re-raise the last background fold failure, once."""
@@ -744,10 +730,8 @@ class _AsyncMemory(_Memory):
             self._task = asyncio.get_running_loop().create_task(self._fold_in_background())
 
     async def _fold_until_settled(self) -> None:
-        while self._needs_fold():
-            before = self._state_version()
-            if await self._run(self._plan) == 0 and self._state_version() == before:
-                break  # nothing the policy may cut; a fold discarded by a change is planned again
+        while self._needs_fold() and await self._run(self._plan) != 0:
+            pass  # a fold discarded by a change made meanwhile is planned again
 
     async def _fold_in_background(self) -> None:
         try:
@@ -769,48 +753,34 @@ class _AsyncMemory(_Memory):
         async with self._lock_for_loop():
             self._fold_owner = task
             try:
-                return await self._drive(self._fold_flow(plan_fn))
+                fold = self._begin_fold(plan_fn)
+                if fold is None:
+                    return 0
+                summarize = self._summarize_fn
+                new_summary: object = fold.summary
+                if summarize is not None:
+                    try:
+                        new_summary = summarize(fold.summary, fold.plan.messages)
+                        if inspect.isawaitable(new_summary):
+                            new_summary = await new_summary
+                    except BaseException as exc:
+                        self._fail_fold(fold, exc)
+                        raise
+                count = self._finish_fold(fold, new_summary)
+                if count > 0 and self._on_evict is not None:
+                    outcome = self._on_evict(fold.plan.messages)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                return count
             finally:
                 self._fold_owner = None
-
-    async def _drive(self, flow: _Flow) -> int:
-        try:
-            request = next(flow)
-            while True:
-                if isinstance(request, _Summarize):
-                    try:
-                        result = await self._call_summarizer(request)
-                    except BaseException as exc:
-                        request = flow.throw(exc)
-                        continue
-                    request = flow.send(result)
-                else:
-                    assert self._on_evict is not None
-                    try:
-                        outcome = self._on_evict(request.messages)
-                        if inspect.isawaitable(outcome):
-                            await outcome
-                    except BaseException:
-                        flow.close()
-                        raise
-                    request = flow.send(None)
-        except StopIteration as stop:
-            count: int = stop.value
-            return count
-
-    async def _call_summarizer(self, request: _Summarize) -> Any:
-        assert self._summarize_fn is not None
-        result = self._summarize_fn(request.summary, request.messages)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
 
     async def _areplay(self, entries: Iterable[tuple[Any, ...]]) -> None:
         """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
         for entry in entries:
             kind = entry[0]
             if kind == "add":
-                self._append((entry[1],), entry)
+                self._append_one(entry[1])
                 await self._prune()
             elif kind == "extend":
                 await self.extend(entry[1])

@@ -32,7 +32,8 @@ class _FrozenDict(dict):  # type: ignore[type-arg]
         return (_FrozenDict, (dict(self),))
 
 
-_NO_METADATA = _FrozenDict()
+NO_METADATA: Mapping[str, Any] = _FrozenDict()
+"""The shared empty ``Message.metadata``."""
 
 
 def _type_error(name: str, expected: str, value: object) -> TypeError:
@@ -63,7 +64,7 @@ class ToolCall:
         return _tool_call_from_dict(data, "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Message:
     """One conversation turn. Any role string is accepted.
 
@@ -76,26 +77,44 @@ class Message:
     id: Optional[str] = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: Optional[str] = None
-    metadata: Mapping[str, Any] = field(default_factory=lambda: _NO_METADATA, hash=False)
+    metadata: Mapping[str, Any] = field(default_factory=lambda: NO_METADATA, hash=False)
     pinned: bool = False
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.role, str):
-            raise _type_error("role", "str", self.role)
-        if not isinstance(self.content, str):
-            raise _type_error("content", "str", self.content)
-        if self.id is not None and not isinstance(self.id, str):
-            raise _type_error("id", "str or None", self.id)
-        if self.tool_call_id is not None and not isinstance(self.tool_call_id, str):
-            raise _type_error("tool_call_id", "str or None", self.tool_call_id)
-        if not isinstance(self.pinned, bool):
-            raise _type_error("pinned", "bool", self.pinned)
-        calls = self.tool_calls
-        if type(calls) is not tuple or calls:
-            object.__setattr__(self, "tool_calls", _tool_calls(calls))
-        meta = self.metadata
-        if meta is not _NO_METADATA:
-            object.__setattr__(self, "metadata", _metadata(meta))
+    def __init__(
+        self,
+        role: str,
+        content: str,
+        id: Optional[str] = None,
+        tool_calls: Iterable[ToolCall] = (),
+        tool_call_id: Optional[str] = None,
+        metadata: Mapping[str, Any] = NO_METADATA,
+        pinned: bool = False,
+    ) -> None:
+        # Written by hand (not generated) because messages are built on every add: one dict
+        # update instead of a frozen __setattr__ per field.
+        if type(role) is not str and not isinstance(role, str):
+            raise _type_error("role", "str", role)
+        if type(content) is not str and not isinstance(content, str):
+            raise _type_error("content", "str", content)
+        if id is not None and not isinstance(id, str):
+            raise _type_error("id", "str or None", id)
+        if tool_call_id is not None and not isinstance(tool_call_id, str):
+            raise _type_error("tool_call_id", "str or None", tool_call_id)
+        if pinned is not False and pinned is not True:
+            raise _type_error("pinned", "bool", pinned)
+        if type(tool_calls) is not tuple or tool_calls:
+            tool_calls = _tool_calls(tool_calls)
+        if metadata is not NO_METADATA:
+            metadata = _metadata(metadata)
+        self.__dict__.update(
+            role=role,
+            content=content,
+            id=id,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+            metadata=metadata,
+            pinned=pinned,
+        )
 
     def __str__(self) -> str:
         text = f"{self.role}: {self.content}"
@@ -150,7 +169,7 @@ def _metadata(meta: object) -> Mapping[str, Any]:
     if not isinstance(meta, Mapping):
         raise _type_error("metadata", "a mapping", meta)
     if not meta:
-        return _NO_METADATA
+        return NO_METADATA
     for key in meta:
         if not isinstance(key, str):
             raise _type_error("metadata key", "str", key)
@@ -174,7 +193,7 @@ def message_from_dict(data: object, path: str) -> Message:
         _tool_call_from_dict(item, v.join(calls_path, index))
         for index, item in enumerate(v.get_list(data, "tool_calls", path, ()))
     )
-    meta = v.get_mapping(data, "metadata", path, _NO_METADATA)
+    meta = v.get_mapping(data, "metadata", path, NO_METADATA)
     for key in meta:
         if not isinstance(key, str):
             raise StateTypeError(v.join(path, "metadata"), f"expected str keys, got {v.type_name(key)}")
