@@ -50,17 +50,17 @@ def chars(per_token: float = 4.0) -> TokenCounter:
 
 
 class _Tiktoken:
-    __slots__ = ("_encoding", "name", "overhead")
+    __slots__ = ("_encode", "name", "overhead")
 
     def __init__(self, encoding: Any, overhead: int) -> None:
-        self._encoding = encoding
+        # encode_ordinary: text that happens to contain "<|endoftext|>" is counted as text,
+        # instead of making tiktoken raise on a user's message.
+        self._encode = encoding.encode_ordinary
         self.name: str = encoding.name
         self.overhead = overhead
 
     def __call__(self, text: str) -> int:
-        # disallowed_special=() : text that happens to contain "<|endoftext|>" is counted as text,
-        # instead of making tiktoken raise on a user's message.
-        return len(self._encoding.encode(text, disallowed_special=())) + self.overhead
+        return len(self._encode(text)) + self.overhead
 
     def __repr__(self) -> str:
         return f"tiktoken_counter(encoding={self.name!r}, overhead={self.overhead!r})"
