@@ -194,7 +194,9 @@ def time_steady(
     """Median over blocks of the mean ns per add, at a 2,000-token budget after a warm-up.
 
     Every peer gets the same blocks of messages, one block per peer in turn, so drift in the
-    machine's speed hits every peer alike.
+    machine's speed hits every peer alike. The order of the peers rotates from round to round:
+    the first block after the collection that starts a round runs on cold caches, and without
+    the rotation that penalty would always fall on the same peer.
     """
     needed = settings.steady_warmup + settings.steady_blocks * STEADY_BLOCK
     states = {}
@@ -211,8 +213,10 @@ def time_steady(
     while rounds < settings.steady_blocks and (
         time.perf_counter() < deadline or rounds < settings.min_blocks
     ):
+        order = list(states.values())
+        shift = rounds % len(order)
         with _NoGC():
-            for peer, natives, _, _, blocks in states.values():
+            for peer, natives, _, _, blocks in order[shift:] + order[:shift]:
                 block = natives[position : position + STEADY_BLOCK]
                 start = time.perf_counter_ns()
                 for native in block:
