@@ -24,8 +24,13 @@ from collections.abc import Sequence
 from typing import Callable
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from rollmem.message import Message
+
+# CI machines are shared and slow at times: a property test fails on a wrong answer, never on time.
+settings.register_profile("rollmem", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("rollmem")
 
 SEPARATOR = "|"
 
