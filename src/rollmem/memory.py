@@ -418,7 +418,22 @@ def parse_state(data: object) -> tuple[str, list[Message]]:
 # -- policies: how a message costs and what a plan cuts -----------------------------------------
 
 
-class _Budget(_Memory):
+class _Capped(_Memory):
+    """Over a limit, evict whole aligned units down to a goal; the cost rule weighs the units."""
+
+    def _bounds(self) -> tuple[int, int]:
+        """``(limit, goal)`` in the units of :meth:`_Memory._measure`."""
+        raise NotImplementedError
+
+    def _needs_fold(self) -> bool:
+        ledger = self._ledger
+        return ledger.dirty or ledger.total > self._bounds()[0]
+
+    def _plan(self) -> Optional[Plan]:
+        return self._ledger.plan_budget(*self._bounds())
+
+
+class _Budget(_Capped):
     """Token budget with hysteresis: over ``max_tokens``, evict down to ``target_tokens``."""
 
     def _setup_budget(self, max_tokens: int, target_tokens: Optional[int]) -> None:
@@ -436,11 +451,8 @@ class _Budget(_Memory):
     def _counts_tokens(self) -> bool:
         return True
 
-    def _needs_fold(self) -> bool:
-        return self._ledger.dirty or self._ledger.total > self.max_tokens
-
-    def _plan(self) -> Optional[Plan]:
-        return self._ledger.plan_budget(self.max_tokens, min(self.target_tokens, self.max_tokens))
+    def _bounds(self) -> tuple[int, int]:
+        return self.max_tokens, min(self.target_tokens, self.max_tokens)
 
     def _limits(self) -> tuple[Optional[int], Optional[int]]:
         return self.max_tokens, self.target_tokens
@@ -887,7 +899,7 @@ class BufferMemory(_SyncMemory):
         return cls()._load(data)
 
 
-class WindowMemory(_SyncMemory):
+class WindowMemory(_Capped, _SyncMemory):
     """The most recent ``max_messages`` messages (whole units, aligned, the newest unit always
     kept); what leaves is dropped. A loaded summary is kept and shown."""
 
@@ -898,11 +910,8 @@ class WindowMemory(_SyncMemory):
     def _cost(self, message: Message) -> int:
         return 1
 
-    def _needs_fold(self) -> bool:
-        return self._ledger.dirty or len(self._ledger.items) > self.max_messages
-
-    def _plan(self) -> Optional[Plan]:
-        return self._ledger.plan_budget(self.max_messages, self.max_messages)
+    def _bounds(self) -> tuple[int, int]:
+        return self.max_messages, self.max_messages
 
     @classmethod
     def from_dict(
