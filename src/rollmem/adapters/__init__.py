@@ -2,8 +2,9 @@
 
 ``to_openai``/``from_openai``: OpenAI Chat Completions messages. ``to_openai_responses``/
 ``from_openai_responses``: OpenAI Responses API input items (lossless: the items are kept).
-``to_anthropic``/``from_anthropic``: the Anthropic Messages API ``system`` and ``messages``. LangChain objects are in
-:mod:`rollmem.adapters.langchain` (extra ``langchain``), which this package does not import.
+``to_anthropic``/``from_anthropic``: the Anthropic Messages API ``system`` and ``messages``.
+LangChain objects are in :mod:`rollmem.adapters.langchain` (extra ``langchain``), which this
+package does not import.
 
 Every adapter: tool calls belong to assistant messages and ``tool_call_id`` to tool messages (other
 combinations raise ``ValueError``); rollmem fields a format cannot carry (``pinned``, most
