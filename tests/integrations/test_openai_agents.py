@@ -482,3 +482,69 @@ def test_the_docs_page_python_blocks_run(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.chdir(tmp_path)
     for index, code in enumerate(blocks):
         exec(compile(code, f"{PAGE.name}:block{index}", "exec"), {"__name__": "__docs__"})
+
+
+def test_session_settings_limit_reaches_the_model_as_whole_units() -> None:
+    from agents.memory import SessionSettings
+
+    session = RollingSession("s", max_tokens=1000, token_counter=words)
+    model = ScriptedModel()
+    config = RunConfig(tracing_disabled=True, session_settings=SessionSettings(limit=4))
+    agent = agent_for(model)
+
+    async def run() -> None:
+        for turn in range(5):
+            await Runner.run(agent, f"turn {turn}: weather in city{turn}", session=session, run_config=config)
+
+    asyncio.run(run())
+    for first in model.first_inputs[1:]:
+        history = history_of(first)
+        assert 0 < len(history) <= 4
+        assert_well_formed(history)
+
+
+def key(message: Message) -> str:
+    if message.tool_calls:
+        return message.tool_calls[0].id
+    if message.tool_call_id is not None:
+        return f"{message.tool_call_id}-out"
+    return message.content
+
+
+def test_writers_racing_on_one_store_lose_and_repeat_nothing(tmp_path: Path) -> None:
+    """Two session objects (two processes, as far as the store can tell) add at the same time:
+    saves conflict and are replayed; every item ends in the summary or the buffer, once."""
+    store = SQLiteStore(tmp_path / "race.db")
+
+    async def summarize(summary: str, evicted: Sequence[Message]) -> str:
+        await asyncio.sleep(0)
+        return " ".join([summary, *(key(message) for message in evicted)]).strip()
+
+    sessions = [
+        RollingSession("race", max_tokens=30, summarize_fn=summarize, token_counter=words, store=store)
+        for _ in range(2)
+    ]
+
+    async def writer(index: int) -> None:
+        for n in range(25):
+            name = f"w{index}-{n}"
+            await sessions[index].add_items(
+                [
+                    {"role": "user", "content": name},
+                    {"type": "function_call", "call_id": f"{name}-c", "name": "f", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": f"{name}-c", "output": "done and dusted"},
+                ]
+            )
+
+    async def race() -> None:
+        await asyncio.gather(writer(0), writer(1))
+
+    asyncio.run(race())
+    retries = sum(session._sessions.retries for session in sessions if session._sessions is not None)
+    assert retries > 0  # the writers did overlap
+    memory = asyncio.run(sessions[0].get_memory())
+    keys = memory.summary.split() + [key(message) for message in memory.buffer]
+    expected = [f"w{i}-{n}{suffix}" for i in range(2) for n in range(25) for suffix in ("", "-c", "-c-out")]
+    assert sorted(keys) == sorted(expected)
+    assert_well_formed(asyncio.run(sessions[1].get_items())[1:])
+    store.close()
