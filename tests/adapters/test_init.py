@@ -10,7 +10,14 @@ import rollmem.adapters.langchain
 
 
 def test_adapters_public_names() -> None:
-    assert rollmem.adapters.__all__ == ["from_anthropic", "from_openai", "to_anthropic", "to_openai"]
+    assert rollmem.adapters.__all__ == [
+        "from_anthropic",
+        "from_openai",
+        "from_openai_responses",
+        "to_anthropic",
+        "to_openai",
+        "to_openai_responses",
+    ]
     for name in rollmem.adapters.__all__:
         assert callable(getattr(rollmem.adapters, name))
 

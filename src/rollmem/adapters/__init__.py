@@ -1,8 +1,10 @@
 """Plain-dict conversions between rollmem messages and provider request formats (no SDK imported).
 
-``to_openai``/``from_openai``: OpenAI Chat Completions messages. ``to_anthropic``/``from_anthropic``:
-the Anthropic Messages API ``system`` and ``messages``. LangChain objects are in
-:mod:`rollmem.adapters.langchain` (extra ``langchain``), which this package does not import.
+``to_openai``/``from_openai``: OpenAI Chat Completions messages. ``to_openai_responses``/
+``from_openai_responses``: OpenAI Responses API input items (lossless: the items are kept).
+``to_anthropic``/``from_anthropic``: the Anthropic Messages API ``system`` and ``messages``.
+LangChain objects are in :mod:`rollmem.adapters.langchain` (extra ``langchain``), which this
+package does not import.
 
 Every adapter: tool calls belong to assistant messages and ``tool_call_id`` to tool messages (other
 combinations raise ``ValueError``); rollmem fields a format cannot carry (``pinned``, most
@@ -13,6 +15,13 @@ expected str, got int``) and are ``ValueError``/``TypeError`` subclasses from :m
 from __future__ import annotations
 
 from .anthropic import from_anthropic, to_anthropic
-from .openai import from_openai, to_openai
+from .openai import from_openai, from_openai_responses, to_openai, to_openai_responses
 
-__all__ = ["from_anthropic", "from_openai", "to_anthropic", "to_openai"]
+__all__ = [
+    "from_anthropic",
+    "from_openai",
+    "from_openai_responses",
+    "to_anthropic",
+    "to_openai",
+    "to_openai_responses",
+]

@@ -1,4 +1,7 @@
-"""rollmem messages <-> OpenAI Chat Completions ``messages`` (plain dicts; the SDK is not imported).
+"""rollmem messages <-> OpenAI Chat Completions ``messages`` and Responses API input items (plain
+dicts; the SDK is not imported). The Responses pair, :func:`from_openai_responses` and
+:func:`to_openai_responses`, is described on those functions; the rest of this docstring is about
+Chat Completions.
 
 The mapping, both ways:
 
@@ -19,15 +22,24 @@ rejected with ``ValueError`` (no provider accepts them).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
-from ..message import Message, ToolCall
-from ._common import carried_metadata, check_fields, check_mappings, check_messages, name_of, text_of_parts
+from ..message import ASSISTANT, TOOL, Message, ToolCall
+from ._common import (
+    carried_metadata,
+    check_fields,
+    check_mappings,
+    check_messages,
+    dump_arguments,
+    name_of,
+    text_of_parts,
+)
 
-__all__ = ["from_openai", "to_openai"]
+__all__ = ["from_openai", "from_openai_responses", "to_openai", "to_openai_responses"]
 
 _FORMAT = "OpenAI"
 
@@ -116,4 +128,199 @@ def _tool_call(data: object, path: str) -> ToolCall:
         v.get_str(call, "id", path),
         v.get_str(function, "name", function_path),
         v.get_str(function, "arguments", function_path, ""),
+    )
+
+
+# -- the Responses API: input items <-> messages --------------------------------------------------
+
+RESPONSES_ITEMS = "responses_items"
+"""The ``Message.metadata`` key under which :func:`from_openai_responses` keeps the original items."""
+
+_RESPONSES_FORMAT = "OpenAI Responses"
+# Content parts whose ``text`` is their text; other parts (images, files, audio) read as ``[type]``.
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text", "reasoning_text"})
+
+
+def from_openai_responses(items: Iterable[Any]) -> list[Message]:
+    """Read Responses API input items (dicts, or SDK models with ``model_dump``) as messages.
+
+    Each message keeps a copy of its items under ``metadata["responses_items"]``, so
+    :func:`to_openai_responses` gives back equal dicts with the same keys. The mapping:
+
+    - a message item (``{"role": ..., "content": ...}``, ``"type": "message"`` optional): that role;
+      ``content`` a str, or a list of parts whose text (``input_text``/``output_text``/``refusal``)
+      is joined with ``"\\n"``; any other part (an image, a file) reads as ``[input_image]``.
+    - ``function_call``: an ``assistant`` message with one :class:`ToolCall` (``call_id``, ``name``,
+      ``arguments``); ``function_call_output``: a ``tool`` message, ``tool_call_id`` its
+      ``call_id``, content its ``output`` (a str, or parts as above). Memories pair them into one
+      unit by call id, as they pair Chat Completions tool calls.
+    - ``reasoning`` items form one message with the item that follows them (their summary text
+      first in ``content``, then that item's; its role, calls and call id), so they are kept or
+      evicted together; trailing reasoning items form an ``assistant`` message of their own.
+    - any other item type: an ``assistant`` message whose content is the item as compact JSON;
+      a ``*_call`` / ``*_call_output`` item with a str ``call_id`` (``computer_call``,
+      ``custom_tool_call``, ...) carries it as a tool call / ``tool_call_id``, so it pairs too.
+
+    Raises ``ValueError`` (``TypeError`` too for a wrong type) naming the bad field, e.g.
+    ``items[3].call_id: expected str, got int``.
+    """
+    _reject_iterable(items)
+    messages: list[Message] = []
+    reasoning: list[tuple[dict[str, Any], str]] = []
+    for index, raw in enumerate(items):
+        path = v.join("items", index)
+        item = _item_dict(raw, path)
+        kind = _item_kind(item, path)
+        if kind == "reasoning":
+            reasoning.append((item, _reasoning_text(item, path)))
+            continue
+        messages.append(_grouped(reasoning, (item, _item_message(item, kind, path))))
+        reasoning = []
+    if reasoning:
+        messages.append(_grouped(reasoning, None))
+    return messages
+
+
+def to_openai_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Responses API input items for ``messages``, in order.
+
+    A message read by :func:`from_openai_responses` gives back (copies of) its original items.
+    Any other message is written from its fields: tool calls as ``function_call`` items (after a
+    message item for non-empty content), a ``tool_call_id`` as a ``function_call_output``, the
+    rest as ``{"role": ..., "content": ...}``; tool calls off an assistant message and a
+    ``tool_call_id`` off a tool message raise ``ValueError`` naming ``messages[i]``.
+    """
+    result: list[dict[str, Any]] = []
+    for index, message in enumerate(check_messages(messages)):
+        path = v.join("messages", index)
+        kept = message.metadata.get(RESPONSES_ITEMS)
+        if kept is not None:
+            kept_path = v.join(v.join(path, "metadata"), RESPONSES_ITEMS)
+            result.extend(
+                copy.deepcopy(dict(v.expect_mapping(item, v.join(kept_path, position))))
+                for position, item in enumerate(v.expect_list(kept, kept_path))
+            )
+            continue
+        check_fields(
+            message.role, bool(message.tool_calls), message.tool_call_id is not None, path, _RESPONSES_FORMAT
+        )
+        if message.tool_call_id is not None:
+            result.append(
+                {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
+            )
+            continue
+        if message.content or not message.tool_calls:
+            result.append({"role": message.role, "content": message.content})
+        result.extend(
+            {"type": "function_call", "call_id": call.id, "name": call.name, "arguments": call.arguments}
+            for call in message.tool_calls
+        )
+    return result
+
+
+def _reject_iterable(items: object) -> None:
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
+        raise StateTypeError("items", f"expected an iterable of items, got {v.type_name(items)}")
+
+
+def _item_dict(raw: object, path: str) -> dict[str, Any]:
+    """A deep copy of the item as a dict; an SDK model is dumped (``exclude_unset``, JSON mode)."""
+    if not isinstance(raw, Mapping):
+        dump = getattr(raw, "model_dump", None)
+        if not callable(dump):
+            raise StateTypeError(
+                path, f"expected a mapping or a model with model_dump, got {v.type_name(raw)}"
+            )
+        raw = v.expect_mapping(dump(exclude_unset=True, mode="json"), path)
+    item = copy.deepcopy(dict(raw))
+    for key in item:
+        if not isinstance(key, str):
+            raise StateTypeError(path, f"expected str keys, got {v.type_name(key)}")
+    return item
+
+
+def _item_kind(item: Mapping[str, Any], path: str) -> str:
+    if "type" in item:
+        return v.get_str(item, "type", path)
+    if "role" in item:
+        return "message"
+    raise InvalidStateError(v.join(path, "type"), "missing required key (only a message may omit it)")
+
+
+def _required(item: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in item:
+        raise InvalidStateError(v.join(path, key), "missing required key")
+    return item[key]
+
+
+def _parts_text(value: object, path: str) -> str:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise StateTypeError(path, f"expected str or a list of parts, got {v.type_name(value)}")
+    texts: list[str] = []
+    for index, part in enumerate(value):
+        part_path = v.join(path, index)
+        part = v.expect_mapping(part, part_path)
+        kind = v.get_str(part, "type", part_path)
+        if kind in _TEXT_PARTS:
+            texts.append(v.get_str(part, "text", part_path))
+        elif kind == "refusal":
+            texts.append(v.get_str(part, "refusal", part_path))
+        else:
+            texts.append(f"[{kind}]")
+    return "\n".join(texts)
+
+
+def _reasoning_text(item: Mapping[str, Any], path: str) -> str:
+    summary_path = v.join(path, "summary")
+    texts = []
+    for index, part in enumerate(v.get_list(item, "summary", path, ())):
+        part_path = v.join(summary_path, index)
+        texts.append(v.get_str(v.expect_mapping(part, part_path), "text", part_path))
+    return "\n".join(texts)
+
+
+def _item_message(item: Mapping[str, Any], kind: str, path: str) -> Message:
+    if kind == "message":
+        role = v.get_str(item, "role", path)
+        return Message(role, _parts_text(_required(item, "content", path), v.join(path, "content")))
+    if kind == "function_call":
+        call = ToolCall(
+            v.get_str(item, "call_id", path),
+            v.get_str(item, "name", path),
+            v.get_str(item, "arguments", path),
+        )
+        return Message(ASSISTANT, "", tool_calls=(call,))
+    if kind == "function_call_output":
+        call_id = v.get_str(item, "call_id", path)
+        output = _parts_text(_required(item, "output", path), v.join(path, "output"))
+        return Message(TOOL, output, tool_call_id=call_id)
+    text = dump_arguments(item, path)
+    other_id = item.get("call_id")
+    if isinstance(other_id, str) and kind.endswith("_call_output"):
+        return Message(TOOL, text, tool_call_id=other_id)
+    if isinstance(other_id, str) and kind.endswith("_call"):
+        return Message(ASSISTANT, text, tool_calls=(ToolCall(other_id, kind),))
+    return Message(ASSISTANT, text)
+
+
+def _grouped(
+    reasoning: list[tuple[dict[str, Any], str]], follower: Optional[tuple[dict[str, Any], Message]]
+) -> Message:
+    """One message for the reasoning items and the item that follows them (``None``: none follows)."""
+    items = [entry[0] for entry in reasoning]
+    texts = [entry[1] for entry in reasoning if entry[1]]
+    if follower is None:
+        return Message(ASSISTANT, "\n".join(texts), metadata={RESPONSES_ITEMS: items})
+    item, message = follower
+    if message.content:
+        texts.append(message.content)
+    items.append(item)
+    return Message(
+        message.role,
+        "\n".join(texts),
+        tool_calls=message.tool_calls,
+        tool_call_id=message.tool_call_id,
+        metadata={RESPONSES_ITEMS: items},
     )

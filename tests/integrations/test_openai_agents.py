@@ -1,0 +1,550 @@
+"""RollingSession driven by the real Agents SDK Runner, offline, with a scripted Model subclass."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+agents = pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner, Usage, function_tool  # noqa: E402
+from agents.items import ModelResponse  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from openai.types.responses import (  # noqa: E402
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+)
+from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
+
+from rollmem import Message  # noqa: E402
+from rollmem.adapters.openai import from_openai_responses, to_openai_responses  # noqa: E402
+from rollmem.integrations.openai_agents import SUMMARY_HEADER, RollingSession  # noqa: E402
+from rollmem.stores import MemoryStore, SQLiteStore  # noqa: E402
+
+RUN_CONFIG = RunConfig(tracing_disabled=True)
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny and {len(city) + 10} degrees in {city}"
+
+
+@function_tool
+def get_time(city: str) -> str:
+    """The local time in a city."""
+    return f"{len(city) % 12 + 1} o'clock in {city}"
+
+
+class ScriptedModel(Model):
+    """Answers each user turn with reasoning and one or two tool calls, then a text reply once the
+    outputs are in; records the input of every call."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[dict[str, Any]]] = []
+        self.first_inputs: list[list[dict[str, Any]]] = []  # the input of each run's first call
+
+    async def get_response(
+        self,
+        system_instructions: Any,
+        input: Any,
+        model_settings: Any,
+        tools: Any,
+        output_schema: Any,
+        handoffs: Any,
+        tracing: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
+        items = [dict(item) for item in input]
+        self.inputs.append(items)
+        n = len(self.inputs)
+        last = items[-1]
+        if last.get("type") == "function_call_output":
+            outputs = [item["output"] for item in items if item.get("type") == "function_call_output"]
+            text = f"reply {n}: {outputs[-1]}"
+            output: list[Any] = [
+                ResponseOutputMessage(
+                    id=f"msg_{n}",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+                )
+            ]
+        else:
+            self.first_inputs.append(items)
+            city = str(last.get("content", "")).split()[-1]
+            output = [
+                ResponseReasoningItem(
+                    id=f"rs_{n}", type="reasoning", summary=[Summary(type="summary_text", text=f"plan {n}")]
+                ),
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    id=f"fc_{n}",
+                    call_id=f"call_{n}",
+                    name="get_weather",
+                    arguments=json.dumps({"city": city}),
+                ),
+            ]
+            if n % 3 == 0:  # parallel calls now and then
+                output.append(
+                    ResponseFunctionToolCall(
+                        type="function_call",
+                        id=f"fc_{n}b",
+                        call_id=f"call_{n}b",
+                        name="get_time",
+                        arguments=json.dumps({"city": city}),
+                    )
+                )
+        return ModelResponse(output=output, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+class Recorder:
+    """A summarize_fn (sync or async) that records its calls and chains the summaries."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Message, ...]]] = []
+        self.last = ""
+
+    def __call__(self, summary: str, evicted: Sequence[Message]) -> str:
+        assert all(isinstance(message, Message) for message in evicted)
+        self.calls.append((summary, tuple(evicted)))
+        self.last = f"{summary} +{len(evicted)}".strip()
+        return self.last
+
+    async def asummarize(self, summary: str, evicted: Sequence[Message]) -> str:
+        await asyncio.sleep(0)
+        return self(summary, evicted)
+
+    @property
+    def evicted(self) -> list[Message]:
+        return [message for _, messages in self.calls for message in messages]
+
+
+class RecordingSession(RollingSession):
+    """Also keeps a copy of every item the Runner adds (to prove nothing is lost or repeated)."""
+
+    added: list[dict[str, Any]]
+
+    async def add_items(self, items: Any) -> None:
+        items = list(items)
+        self.__dict__.setdefault("added", []).extend(json.loads(json.dumps(items)))
+        await super().add_items(items)
+
+
+def agent_for(model: ScriptedModel) -> Any:
+    return Agent(
+        name="weather", instructions="Answer about the weather.", model=model, tools=[get_weather, get_time]
+    )
+
+
+async def run_turns(session: RollingSession, model: ScriptedModel, turns: range, check: Any = None) -> None:
+    agent = agent_for(model)
+    for turn in turns:
+        result = await Runner.run(
+            agent, f"turn {turn}: weather in city{turn}", session=session, run_config=RUN_CONFIG
+        )
+        assert result.final_output.startswith("reply ")
+        if check is not None:
+            await check(turn)
+
+
+def history_of(first_input: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The session part of a run's first model input: all but the new user message."""
+    return first_input[:-1]
+
+
+def assert_well_formed(items: list[dict[str, Any]]) -> None:
+    """Units whole: every output follows its call, every call has its output, reasoning is
+    followed by a non-reasoning item; a summary item only first."""
+    calls = {item["call_id"] for item in items if item.get("type") == "function_call"}
+    outputs = {item["call_id"] for item in items if item.get("type") == "function_call_output"}
+    assert outputs == calls
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        if item.get("type") == "function_call":
+            seen.add(item["call_id"])
+        if item.get("type") == "function_call_output":
+            assert item["call_id"] in seen, f"orphan output at {index}"
+        if item.get("type") == "reasoning":
+            assert items[index + 1].get("type") != "reasoning"
+        if index and isinstance(item.get("content"), str):
+            assert not item["content"].startswith(SUMMARY_HEADER)
+
+
+def buffer_tokens(items: list[dict[str, Any]]) -> int:
+    body = [item for item in items if not str(item.get("content", "")).startswith(SUMMARY_HEADER)]
+    return sum(words(message.token_text()) for message in from_openai_responses(body))
+
+
+# -- the protocol ---------------------------------------------------------------------------------
+
+
+def test_is_an_agents_session() -> None:
+    session = RollingSession("s")
+    assert isinstance(session, agents.memory.Session)
+    assert session.session_id == "s"
+    assert session.session_settings is None
+    assert session.store is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"session_id": 3}, TypeError, "session_id: expected str, got int"),
+        ({"session_id": ""}, ValueError, "session_id must not be empty"),
+        ({"session_id": "s", "max_tokens": 0}, ValueError, "max_tokens must be positive, got 0"),
+        ({"session_id": "s", "store": object()}, TypeError, "store: expected a rollmem AsyncStore or Store"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=f"^{re.escape(message)}"):
+        RollingSession(**kwargs)
+
+
+# -- the acceptance run: 200 turns with tool calls ------------------------------------------------
+
+
+@pytest.mark.parametrize("async_summarizer", [False, True])
+def test_two_hundred_turns_stay_within_budget_and_summarize_each_message_once(async_summarizer: bool) -> None:
+    recorder = Recorder()
+    summarize = recorder.asummarize if async_summarizer else recorder
+    session = RecordingSession(
+        "long", max_tokens=60, target_tokens=40, summarize_fn=summarize, token_counter=words
+    )
+    model = ScriptedModel()
+    summary_before_run = [""]
+
+    async def check(turn: int) -> None:
+        history = history_of(model.first_inputs[-1])
+        assert buffer_tokens(history) <= 60
+        assert_well_formed(history)
+        if summary_before_run[0]:  # the model got the summary as it was when the run started
+            assert history[0] == {"role": "system", "content": SUMMARY_HEADER + summary_before_run[0]}
+        else:
+            assert history[:1] != [] or turn == 0
+        summary_before_run[0] = recorder.last
+
+    asyncio.run(run_turns(session, model, range(200), check))
+
+    assert len(model.first_inputs) == 200
+    assert len(recorder.calls) > 20  # over budget many times
+    # each call gets the previous summary
+    previous = ""
+    for summary, _ in recorder.calls:
+        assert summary == previous
+        previous = f"{summary} +{len(_)}".strip()
+    # every item the Runner added was summarized exactly once or is still buffered, in order
+    items = asyncio.run(session.get_items())
+    assert items[0] == {"role": "system", "content": SUMMARY_HEADER + recorder.last}
+    assert to_openai_responses(recorder.evicted) + items[1:] == session.added
+    # the model saw the summary, and what each run's model saw was what the session held
+    assert any(inp[0].get("role") == "system" for inp in model.first_inputs)
+    for inp in model.inputs:  # every model call of every run: no orphan output, units whole
+        assert_well_formed(inp)
+
+
+def test_each_run_reads_the_session_once_and_sees_the_summary_first() -> None:
+    recorder = Recorder()
+    session = RollingSession("s", max_tokens=25, summarize_fn=recorder, token_counter=words)
+    model = ScriptedModel()
+    asyncio.run(run_turns(session, model, range(6)))
+    stored = asyncio.run(session.get_items())
+    # the last run's first model input is the session as it was then, plus the new user message
+    assert model.first_inputs[-1][-1] == {"content": "turn 5: weather in city5", "role": "user"}
+    assert stored[0] == {"role": "system", "content": SUMMARY_HEADER + recorder.last}
+    memory = asyncio.run(session.get_memory())
+    assert memory.summary == recorder.last
+    assert 0 < (memory.stats().buffer_tokens or 0) <= 25
+
+
+# -- stores: restarts and other processes continue the same session -------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "memory":
+        yield MemoryStore()
+    else:
+        sqlite = SQLiteStore(tmp_path / "sessions.db")
+        yield sqlite
+        sqlite.close()
+
+
+def test_a_new_session_on_the_same_store_continues_without_resummarizing(store: Any) -> None:
+    first = Recorder()
+    session = RecordingSession("user-1", max_tokens=50, summarize_fn=first, token_counter=words, store=store)
+    model = ScriptedModel()
+    asyncio.run(run_turns(session, model, range(15)))
+    assert first.calls
+    before = asyncio.run(session.get_items())
+
+    second = Recorder()
+    restarted = RecordingSession(
+        "user-1", max_tokens=50, summarize_fn=second, token_counter=words, store=store
+    )
+    assert restarted.store is store
+    assert asyncio.run(restarted.get_items()) == before  # loading summarizes nothing
+    assert second.calls == []
+    restarted.added = []
+    asyncio.run(run_turns(restarted, model, range(15, 30)))
+    assert second.calls
+    assert second.calls[0][0] == first.last  # continues the same summary
+    evicted_items = to_openai_responses(first.evicted) + to_openai_responses(second.evicted)
+    all_added = session.added + restarted.added
+    items = asyncio.run(restarted.get_items())
+    assert items[0]["content"] == SUMMARY_HEADER + second.last
+    assert evicted_items + items[1:] == all_added
+    # the first object sees what the second saved
+    assert asyncio.run(session.get_items()) == items
+
+
+def test_two_sessions_on_one_store_interleave_without_losing_items(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "shared.db")
+    recorder = Recorder()
+    a = RecordingSession("shared", max_tokens=40, summarize_fn=recorder, token_counter=words, store=store)
+    b = RecordingSession("shared", max_tokens=40, summarize_fn=recorder, token_counter=words, store=store)
+    model = ScriptedModel()
+
+    async def both() -> None:
+        for turn in range(10):
+            await run_turns(a if turn % 2 else b, model, range(turn, turn + 1))
+
+    asyncio.run(both())
+    items = asyncio.run(a.get_items())
+    assert items == asyncio.run(b.get_items())
+    assert buffer_tokens(items) <= 40
+    assert_well_formed(items)
+    store.close()
+
+
+# -- items: exactly as added, limits, pop, clear ----------------------------------------------------
+
+EXCHANGE: list[dict[str, Any]] = [
+    {"role": "user", "content": "weather in Paris?"},
+    {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "call the tool"}]},
+    {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "c1",
+        "name": "get_weather",
+        "arguments": '{"city":"Paris"}',
+    },
+    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}],
+    },
+]
+
+
+def test_items_come_back_exactly_as_added_and_are_copies() -> None:
+    session = RollingSession("s")
+    items = json.loads(json.dumps(EXCHANGE))
+    asyncio.run(session.add_items(items))
+    items[0]["content"] = "changed after adding"
+    got = asyncio.run(session.get_items())
+    assert got == EXCHANGE
+    assert [list(item) for item in got] == [list(item) for item in EXCHANGE]
+    got[0]["content"] = "changed after reading"
+    assert asyncio.run(session.get_items()) == EXCHANGE
+
+
+def test_sdk_models_are_stored_as_their_dicts() -> None:
+    session = RollingSession("s")
+    call = ResponseFunctionToolCall(type="function_call", call_id="c1", name="f", arguments="{}")
+    asyncio.run(session.add_items([call, {"type": "function_call_output", "call_id": "c1", "output": "x"}]))
+    got = asyncio.run(session.get_items())
+    assert got[0] == {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+
+
+def test_limit_returns_the_newest_whole_units() -> None:
+    session = RollingSession("s", max_tokens=12, summarize_fn=Recorder(), token_counter=words)
+    asyncio.run(session.add_items([{"role": "user", "content": "one two three four five six"}]))
+    asyncio.run(session.add_items(EXCHANGE))
+    items = asyncio.run(session.get_items())
+    assert items[0]["role"] == "system"
+    assert items[1:] == EXCHANGE
+    get = lambda limit: asyncio.run(session.get_items(limit))  # noqa: E731
+    assert get(1) == EXCHANGE[-1:]
+    assert get(2) == EXCHANGE[-1:]  # reasoning + call + output are one unit of three
+    assert get(3) == EXCHANGE[-1:]
+    assert get(4) == EXCHANGE[1:]
+    assert get(5) == EXCHANGE
+    assert get(6) == items
+    assert get(100) == items
+    assert get(0) == []
+    with pytest.raises(ValueError, match=r"^limit must be >= 0, got -1$"):
+        get(-1)
+    with pytest.raises(TypeError, match=r"^limit: expected int or None, got str$"):
+        get("2")
+
+
+def test_bad_items_raise_with_their_path_and_add_nothing() -> None:
+    session = RollingSession("s")
+    asyncio.run(session.add_items(EXCHANGE[:1]))
+    bad = [*EXCHANGE[1:3], {"type": "function_call_output", "call_id": 7, "output": "x"}]
+    with pytest.raises(ValueError, match=r"^items\[2\]\.call_id: expected str, got int$"):
+        asyncio.run(session.add_items(bad))
+    with pytest.raises(
+        TypeError, match=r"^items\[0\]: expected a mapping or a model with model_dump, got int$"
+    ):
+        asyncio.run(session.add_items([3]))
+    with pytest.raises(TypeError, match=r"^items: expected an iterable of items, got dict$"):
+        asyncio.run(session.add_items(EXCHANGE[0]))
+    assert asyncio.run(session.get_items()) == EXCHANGE[:1]
+
+
+def test_a_summary_item_handed_back_is_not_stored_again() -> None:
+    recorder = Recorder()
+    session = RollingSession("s", max_tokens=8, summarize_fn=recorder, token_counter=words)
+    asyncio.run(session.add_items(EXCHANGE))
+    items = asyncio.run(session.get_items())
+    assert items[0] == {"role": "system", "content": SUMMARY_HEADER + recorder.last}
+    asyncio.run(session.add_items([*items, {"role": "user", "content": "again"}]))
+    again = asyncio.run(session.get_items())
+    assert [item for item in again if item.get("role") == "system"] == [again[0]]
+    assert again[-1] == {"role": "user", "content": "again"}
+
+
+def test_reasoning_left_at_the_end_joins_the_next_item() -> None:
+    session = RollingSession("s", max_tokens=6, summarize_fn=Recorder(), token_counter=words)
+    asyncio.run(session.add_items(EXCHANGE[:2]))  # the user turn, then reasoning alone
+    asyncio.run(session.add_items(EXCHANGE[2:4]))
+    memory = asyncio.run(session.get_memory())
+    assert [len(message.metadata["responses_items"]) for message in memory.buffer][-2:] == [2, 1]
+    assert asyncio.run(session.get_items())[-3:] == EXCHANGE[1:4]
+
+
+def test_pop_item_removes_exactly_the_newest_item() -> None:
+    session = RollingSession("s")
+    assert asyncio.run(session.pop_item()) is None
+    asyncio.run(session.add_items(EXCHANGE))
+    assert asyncio.run(session.pop_item()) == EXCHANGE[4]
+    assert asyncio.run(session.pop_item()) == EXCHANGE[3]  # the call stays, waiting for an output
+    assert asyncio.run(session.get_items()) == EXCHANGE[:3]
+    asyncio.run(session.add_items(EXCHANGE[3:4]))  # an output added later pairs with it again
+    assert asyncio.run(session.get_items(3)) == EXCHANGE[1:4]
+    asyncio.run(session.pop_item())
+    assert asyncio.run(session.pop_item()) == EXCHANGE[2]  # the reasoning stays
+    assert asyncio.run(session.get_items()) == EXCHANGE[:2]
+    assert asyncio.run(session.pop_item()) == EXCHANGE[1]
+    assert asyncio.run(session.pop_item()) == EXCHANGE[0]
+    assert asyncio.run(session.pop_item()) is None
+
+
+def test_clear_session_forgets_summary_and_items(store: Any) -> None:
+    session = RollingSession("s", max_tokens=8, summarize_fn=Recorder(), token_counter=words, store=store)
+    asyncio.run(session.add_items(EXCHANGE))
+    assert asyncio.run(session.get_items())[0]["role"] == "system"
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == []
+    assert asyncio.run(RollingSession("s", store=store).get_items()) == []
+
+
+def test_a_failing_summarizer_keeps_the_items_and_raises(store: Any) -> None:
+    def fail(summary: str, evicted: Sequence[Message]) -> str:
+        raise RuntimeError("summarizer down")
+
+    session = RollingSession("s", max_tokens=8, summarize_fn=fail, token_counter=words, store=store)
+    with pytest.raises(RuntimeError, match=r"^summarizer down$"):
+        asyncio.run(session.add_items(EXCHANGE))
+    assert asyncio.run(session.get_items()) == EXCHANGE
+    assert asyncio.run(RollingSession("s", store=store).get_items()) == EXCHANGE
+
+
+# -- the documentation page ---------------------------------------------------------------------
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "integrations" / "openai-agents.md"
+
+
+def test_the_docs_page_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = re.findall(r"^```python\n(.*?)^```", PAGE.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for index, code in enumerate(blocks):
+        exec(compile(code, f"{PAGE.name}:block{index}", "exec"), {"__name__": "__docs__"})
+
+
+def test_session_settings_limit_reaches_the_model_as_whole_units() -> None:
+    from agents.memory import SessionSettings
+
+    session = RollingSession("s", max_tokens=1000, token_counter=words)
+    model = ScriptedModel()
+    config = RunConfig(tracing_disabled=True, session_settings=SessionSettings(limit=4))
+    agent = agent_for(model)
+
+    async def run() -> None:
+        for turn in range(5):
+            await Runner.run(agent, f"turn {turn}: weather in city{turn}", session=session, run_config=config)
+
+    asyncio.run(run())
+    for first in model.first_inputs[1:]:
+        history = history_of(first)
+        assert 0 < len(history) <= 4
+        assert_well_formed(history)
+
+
+def key(message: Message) -> str:
+    if message.tool_calls:
+        return message.tool_calls[0].id
+    if message.tool_call_id is not None:
+        return f"{message.tool_call_id}-out"
+    return message.content
+
+
+def test_writers_racing_on_one_store_lose_and_repeat_nothing(tmp_path: Path) -> None:
+    """Two session objects (two processes, as far as the store can tell) add at the same time:
+    saves conflict and are replayed; every item ends in the summary or the buffer, once."""
+    store = SQLiteStore(tmp_path / "race.db")
+
+    async def summarize(summary: str, evicted: Sequence[Message]) -> str:
+        await asyncio.sleep(0)
+        return " ".join([summary, *(key(message) for message in evicted)]).strip()
+
+    sessions = [
+        RollingSession("race", max_tokens=30, summarize_fn=summarize, token_counter=words, store=store)
+        for _ in range(2)
+    ]
+
+    async def writer(index: int) -> None:
+        for n in range(25):
+            name = f"w{index}-{n}"
+            await sessions[index].add_items(
+                [
+                    {"role": "user", "content": name},
+                    {"type": "function_call", "call_id": f"{name}-c", "name": "f", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": f"{name}-c", "output": "done and dusted"},
+                ]
+            )
+
+    async def race() -> None:
+        await asyncio.gather(writer(0), writer(1))
+
+    asyncio.run(race())
+    retries = sum(session._sessions.retries for session in sessions if session._sessions is not None)
+    assert retries > 0  # the writers did overlap
+    memory = asyncio.run(sessions[0].get_memory())
+    keys = memory.summary.split() + [key(message) for message in memory.buffer]
+    expected = [f"w{i}-{n}{suffix}" for i in range(2) for n in range(25) for suffix in ("", "-c", "-c-out")]
+    assert sorted(keys) == sorted(expected)
+    assert_well_formed(asyncio.run(sessions[1].get_items())[1:])
+    store.close()
