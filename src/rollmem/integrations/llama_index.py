@@ -165,7 +165,7 @@ def _check_optional_callable(name: str, value: object) -> None:
 
 
 def _build_block_class() -> type:
-    memory_module = _import("llama_index.core.memory")
+    memory_module = _import("llama_index.core.memory.memory")  # where 0.12 and 0.14 both define it
     pydantic = _import("llama_index.core.bridge.pydantic")
     chat_message: type = _import("llama_index.core.base.llms.types").ChatMessage
     Field, PrivateAttr = pydantic.Field, pydantic.PrivateAttr
