@@ -463,3 +463,12 @@ def test_help_describes_the_summarizer_forms() -> None:
     assert "--summarizer SPEC" in text
     assert "MODULE:FUNCTION" in text
     assert "openai:MODEL" in text
+
+
+def test_the_command_line_imports_openai_only_for_openai_specs() -> None:
+    code = "import sys, rollmem.cli\nprint('openai' in sys.modules)\n"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "False\n"
