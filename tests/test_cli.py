@@ -426,7 +426,6 @@ def test_replay_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path)
         (["replay", "x", "--counter", "chars:3"], "'chars:3': expected words, chars or tiktoken:ENCODING"),
         (["replay", "x", "--max-tokens", "0"], "'0': must be at least 1"),
         (["replay", "x", "--max-tokens", "lots"], "'lots' is not an integer"),
-        (["replay", "x", "--summarizer", "gpt"], "invalid choice: 'gpt'"),
         (["inspect"], "the following arguments are required: STATE.json"),
     ],
 )

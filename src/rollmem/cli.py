@@ -4,17 +4,21 @@
   extractive summarizer, a progress line per fold, then the final context and stats. Offline.
 - ``rollmem replay FILE|-``: replays JSON Lines of OpenAI-style messages with the given budget,
   counter and summarizer; prints the final context and a stats table (``--json``: one JSON object),
-  and can save the final state (``--save``).
+  and can save the final state (``--save``). ``--summarizer`` is ``extractive`` (the default),
+  ``none``, ``MODULE:FUNCTION`` (your own ``summarize_fn``, sync or async) or ``openai:MODEL`` (the
+  ``openai`` extra, at ``OPENAI_BASE_URL``); a progress bar is drawn on stderr when it is a terminal.
 - ``rollmem inspect STATE.json``: validates a saved state and prints its summary, buffer and token
   counts (``--json``: one JSON object).
 
-Exit status: 0 on success, 2 for bad arguments or unreadable/malformed input (one line on stderr,
-never a traceback).
+Exit status: 0 on success, 2 for bad arguments, a summarizer spec that cannot be loaded, or
+unreadable/malformed input, 1 when a loaded summarizer fails during a replay (each: one line on
+stderr, never a traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -24,6 +28,7 @@ from dataclasses import replace
 from typing import Any, Callable, NoReturn, Optional, TextIO
 
 from . import BufferMemory, MemoryStats, Message, RollingMemory, SummarizeFn, TokenCounter, __version__
+from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summarizer
 from ._jsonl import JsonlError, read_messages, sample_conversation
 from .counters import chars, tiktoken_counter, words
 from .errors import InvalidStateError, MissingExtraError
@@ -38,7 +43,11 @@ SUMMARY_TOKENS = 256
 
 
 class _Fail(Exception):
-    """An error reported as one line on stderr, with exit status 2."""
+    """An error reported as one line on stderr, with exit status ``status`` (default 2)."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # -- token counters by name ----------------------------------------------------------------------
@@ -91,15 +100,14 @@ class _Replay:
         target_tokens: Optional[int],
         counter: TokenCounter,
         summary_tokens: Optional[int],
+        summarize_fn: Optional[SummarizeFn] = None,
     ) -> None:
         self.counter = counter
         self.replayed = self.tokens_sent = self.peak_buffer_tokens = self.peak_context_tokens = 0
         self.evictions: list[int] = []
-        summarize = (
-            None
-            if summary_tokens is None
-            else self._measuring(extractive_summarizer(summary_tokens, counter))
-        )
+        if summarize_fn is None and summary_tokens is not None:
+            summarize_fn = extractive_summarizer(summary_tokens, counter)
+        summarize = None if summarize_fn is None else self._measuring(summarize_fn)
         try:
             self.memory = RollingMemory(
                 max_tokens, summarize, counter, target_tokens=target_tokens, on_evict=self._evicted
@@ -119,7 +127,10 @@ class _Replay:
         self.evictions.append(len(messages))
 
     def run(
-        self, messages: Sequence[Message], progress: Optional[Callable[[int, MemoryStats], None]] = None
+        self,
+        messages: Sequence[Message],
+        progress: Optional[Callable[[int, MemoryStats], None]] = None,
+        step: Optional[Callable[[int, int], None]] = None,
     ) -> None:
         for message in messages:
             seen = len(self.evictions)
@@ -134,6 +145,8 @@ class _Replay:
             if progress is not None:
                 for evicted in self.evictions[seen:]:
                     progress(evicted, stats)
+            if step is not None:
+                step(self.replayed, stats.folds)
 
     def report(self) -> dict[str, Any]:
         return {
@@ -206,9 +219,8 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
     except JsonlError as error:
         raise _Fail(str(error)) from None
     counter = _counter(args.counter)
-    summary_tokens = SUMMARY_TOKENS if args.summarizer == "extractive" else None
-    replay = _Replay(args.max_tokens, args.target_tokens, counter, summary_tokens)
-    replay.run(messages)
+    with contextlib.ExitStack() as resources:
+        replay = _replay_with(args, messages, counter, resources)
     memory = replay.memory
     if args.save is not None:
         _save(args.save, memory.to_dict())
@@ -225,6 +237,41 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
     if args.save is not None:
         out.write(f"\nstate saved to {args.save}\n")
     return 0
+
+
+def _replay_with(
+    args: argparse.Namespace,
+    messages: Sequence[Message],
+    counter: TokenCounter,
+    resources: contextlib.ExitStack,
+) -> _Replay:
+    """Load ``--summarizer`` (closed with ``resources``), then replay, drawing a progress bar on a
+    terminal stderr unless ``--json``."""
+    summarize: Optional[SummarizeFn] = None
+    if args.summarizer not in ("none", "extractive"):
+        try:
+            summarize = resources.enter_context(load_summarizer(args.summarizer, counter, SUMMARY_TOKENS))
+        except SpecError as error:
+            raise _Fail(str(error)) from None
+    bar = None if args.json or not _isatty(sys.stderr) else ProgressBar(sys.stderr, len(messages))
+    if bar is not None:
+        resources.callback(bar.close)
+        if summarize is not None:
+            summarize = bar.around(summarize)
+    summary_tokens = SUMMARY_TOKENS if args.summarizer == "extractive" else None
+    replay = _Replay(args.max_tokens, args.target_tokens, counter, summary_tokens, summarize)
+    try:
+        replay.run(messages, step=None if bar is None else bar.step)
+    except SummarizerFailed as error:
+        raise _Fail(f"message {replay.replayed + 1} of {len(messages)}: {error}", status=1) from None
+    return replay
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
 
 
 def _save(path: str, state: dict[str, Any]) -> None:
@@ -369,9 +416,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_counter(replay)
     replay.add_argument(
         "--summarizer",
-        choices=("none", "extractive"),
         default="extractive",
-        help="none drops evicted turns (default: extractive, 256 tokens)",
+        metavar="SPEC",
+        help="extractive (the default; 256 tokens), none (evicted turns are dropped), MODULE:FUNCTION "
+        "(your summarize_fn, sync or async; the current directory and PYTHONPATH are searched) or "
+        "openai:MODEL (chat completions at OPENAI_BASE_URL; needs rollmem[openai])",
     )
     replay.add_argument("--save", metavar="STATE.json", help="write the final state as JSON")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
@@ -401,7 +450,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out.flush()
     except _Fail as error:
         print(f"rollmem {args.command}: {error}", file=sys.stderr)
-        return 2
+        return error.status
     except BrokenPipeError:  # e.g. `rollmem demo | head`: stop quietly
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
