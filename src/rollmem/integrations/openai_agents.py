@@ -109,12 +109,13 @@ class RollingSession:
     """An Agents SDK session that keeps a running summary plus the recent items verbatim.
 
     ``RollingSession(session_id, max_tokens=..., summarize_fn=..., token_counter=...,
-    target_tokens=..., store=...)``: the budget, summarizer (``summarize(summary, evicted) ->
+    target_tokens=..., store=..., max_retries=...)``: the budget, summarizer (``summarize(summary, evicted) ->
     str``, sync or async, ``evicted`` being rollmem messages) and counter are those of
     :class:`~rollmem.AsyncRollingMemory`. Without ``store`` the session lives in this object;
     with any rollmem store (:mod:`rollmem.stores`, sync or async) it is kept there through
     :class:`~rollmem.sessions.AsyncSessions`, so it survives restarts and is shared by processes
-    (each call loads, applies and saves with a compare-and-set, replaying on a conflict).
+    (each call loads, applies and saves with a compare-and-set, replaying on a conflict, at
+    most ``max_retries`` times before :class:`~rollmem.errors.ConflictError`).
 
     ``add_items`` appends whole batches (all or nothing) and folds the oldest units into the
     summary when over ``max_tokens``; each message is summarized once. If the summarizer
@@ -133,6 +134,7 @@ class RollingSession:
         token_counter: Optional[TokenCounter] = None,
         target_tokens: Optional[int] = None,
         store: Optional[Union[Store, AsyncStore]] = None,
+        max_retries: int = 10,
     ) -> None:
         _require_agents()
         if not isinstance(session_id, str):
@@ -152,7 +154,7 @@ class RollingSession:
         if store is None:
             self._memory = memory
         else:
-            self._sessions = AsyncSessions(store, factory)
+            self._sessions = AsyncSessions(store, factory, max_retries=max_retries)
 
     @property
     def store(self) -> Optional[Union[Store, AsyncStore]]:
