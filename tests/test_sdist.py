@@ -9,6 +9,7 @@ is unavailable (``pip install -e ".[dev]"`` brings the first two).
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -39,6 +40,14 @@ def _run(*command: str | Path, cwd: Path, isolated: bool = False) -> subprocess.
         timeout=300,
         check=False,
     )
+
+
+def _pip_version() -> tuple[int, ...]:
+    try:
+        version = importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        return (0,)
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -73,14 +82,18 @@ def test_sdist_installs_and_runs_the_demo_outside_the_repository(tmp_path: Path)
     _ok(_run(*build, "--wheel", source, cwd=tmp_path))
     (wheel,) = dist.glob("rollmem-*.whl")
 
+    # This environment's pip installs into the new one (pip >= 22.3 has --python): no pip copied.
+    borrow_pip = _pip_version() >= (22, 3)
     venv = tmp_path / "venv"
-    created = _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    created = _run(
+        sys.executable, "-m", "venv", *(["--without-pip"] if borrow_pip else []), venv, cwd=tmp_path
+    )
     if created.returncode != 0:
         pytest.skip(f"cannot create a virtual environment: {created.stderr.strip()}")
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
     python = bindir / "python"
-    pip = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index"]
-    _ok(_run(*pip, wheel, cwd=tmp_path))
+    pip = [sys.executable, "-m", "pip", "--python", python] if borrow_pip else [python, "-m", "pip"]
+    _ok(_run(*pip, "install", "-q", "--no-deps", "--no-index", wheel, cwd=tmp_path))
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()
