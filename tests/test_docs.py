@@ -85,6 +85,14 @@ def test_needs_of_a_missing_dotted_module_skips() -> None:
     assert _missing("print()") is None
 
 
+def test_every_python_example_is_a_python_block() -> None:
+    """A block tagged ``py``, ``python3`` or ``pycon`` would silently escape the run above."""
+    for path in _documents():
+        text = path.read_text(encoding="utf-8")
+        tags = re.findall(r"^```(py|python3|pycon|ipython)\s*$", text, re.MULTILINE)
+        assert not tags, f"{path.relative_to(ROOT)}: tag Python examples ```python so they run ({tags})"
+
+
 def test_docs_have_examples() -> None:
     names = {where.split(":")[0] for where, _ in _blocks()}
     assert "README.md" in names
