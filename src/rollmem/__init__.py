@@ -17,7 +17,8 @@ from .memory import (
 from .message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from .recall import RecallHit, RecallIndex
 
-__version__ = "0.1.0"
+__version__ = "0.7.0"
+"""The release, defined here only: the build (hatch) and ``rollmem --version`` read it."""
 
 __all__ = [
     "ASSISTANT",
