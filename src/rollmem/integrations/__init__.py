@@ -1,0 +1,11 @@
+"""Framework integrations: one module per framework, each an optional extra.
+
+- :mod:`rollmem.integrations.langchain`: ``RollingMemoryMiddleware`` for LangChain v1 agents.
+- :mod:`rollmem.integrations.openai_agents`: ``RollingSession`` for the OpenAI Agents SDK.
+- :mod:`rollmem.integrations.pydantic_ai`: ``rolling_history`` for pydantic-ai agents.
+- :mod:`rollmem.integrations.llama_index`: ``RollingSummaryBlock`` for LlamaIndex memory.
+
+Importing this package imports no framework.
+"""
+
+__all__: list[str] = []
