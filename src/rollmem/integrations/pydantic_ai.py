@@ -353,7 +353,7 @@ def _dump_state(summary: str, folded: list[str]) -> str:
 def _insert_summary(pai: Any, history: list[Any], part: Any) -> None:
     """Put the summary part first, after the system prompt parts the first request opens with (the
     run's standing system prompt, which pydantic-ai recognises by that position)."""
-    first = history[0] if history else None
+    first: Any = history[0] if history else None
     if getattr(first, "kind", None) == "request":
         parts = list(first.parts)
         count = 0
@@ -435,8 +435,9 @@ class RollingHistory:
     async def _process(self, pai: Any, view: _View, key: str, messages: list[Any]) -> list[Any]:
         session_id = STATE_PREFIX + key
         stored = await self._astore.aload(session_id)
+        folded: list[str] = []
         if stored is None:
-            summary, folded, revision = (view.summaries[-1] if view.summaries else ""), [], 0
+            summary, revision = (view.summaries[-1] if view.summaries else ""), 0
         else:
             summary, folded = _parse_state(session_id, stored.state)
             revision = stored.revision
@@ -466,7 +467,9 @@ class RollingHistory:
     @staticmethod
     def _summary_part(pai: Any, summary: str, key: str) -> Any:
         compaction = getattr(pai, "CompactionPart", None)
-        if compaction is not None:
+        # A request-side summary (a CompactionPart with metadata) arrived in pydantic-ai 2.x; 2.0
+        # has CompactionPart for provider responses only.
+        if compaction is not None and "metadata" in {field.name for field in dataclasses.fields(compaction)}:
             return compaction(summary, metadata={_MARKER: {"summary": True, "key": key}})
         return pai.SystemPromptPart(summary, dynamic_ref=_SYSTEM_MARKER + key)
 
