@@ -12,6 +12,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -71,7 +72,12 @@ def words(text: str) -> int:
 
 
 def is_summary(part: Any) -> bool:
-    return isinstance(part, CompactionPart) and isinstance(part.metadata, dict) and "rollmem" in part.metadata
+    """A summary part rollmem wrote: a marked ``CompactionPart`` (or, on pydantic-ai versions
+    without request-side compaction, a marked ``SystemPromptPart``)."""
+    if isinstance(part, CompactionPart):
+        meta = getattr(part, "metadata", None)
+        return isinstance(meta, dict) and "rollmem" in meta
+    return isinstance(part, SystemPromptPart) and (part.dynamic_ref or "").startswith("rollmem.summary:")
 
 
 def summaries(messages: Sequence[ModelMessage]) -> list[str]:
@@ -394,14 +400,22 @@ def test_a_failing_summarizer_fails_the_run_and_loses_nothing(recorder: Any) -> 
 # -- the processor called directly, as pydantic-ai 1.x does -----------------------------------------
 
 
-def build_turn(n: int) -> list[ModelMessage]:
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def build_turn(n: int, conversation: int = 0) -> list[ModelMessage]:
+    """Turn ``n`` of a hand-built history; ``conversation`` shifts the timestamps."""
+    stamp = START + timedelta(days=conversation, minutes=n)
+    second = timedelta(seconds=1)
+    call = ToolCallPart("lookup", {"q": f"q{n}"}, tool_call_id=f"c{n}")
     return [
-        ModelRequest(parts=[UserPromptPart(f"u{n}")]),
-        ModelResponse(
-            parts=[TextPart(f"a{n} calls"), ToolCallPart("lookup", {"q": f"q{n}"}, tool_call_id=f"c{n}")]
+        ModelRequest(parts=[UserPromptPart(f"u{n}", timestamp=stamp)], timestamp=stamp),
+        ModelResponse(parts=[TextPart(f"a{n} calls"), call], timestamp=stamp + second),
+        ModelRequest(
+            parts=[ToolReturnPart("lookup", f"r-q{n}", tool_call_id=f"c{n}", timestamp=stamp + 2 * second)],
+            timestamp=stamp + 2 * second,
         ),
-        ModelRequest(parts=[ToolReturnPart("lookup", f"r-q{n}", tool_call_id=f"c{n}")]),
-        ModelResponse(parts=[TextPart(f"a{n} done")]),
+        ModelResponse(parts=[TextPart(f"a{n} done")], timestamp=stamp + 3 * second),
     ]
 
 
@@ -427,7 +441,7 @@ def test_without_conversation_id_whole_or_processed_history(write_back: bool, re
 def test_histories_without_conversation_id_do_not_share_state(recorder: Any) -> None:
     processor = rolling_history(4, recorder, one)
     first = build_turn(0) + build_turn(1)
-    second = build_turn(0) + build_turn(1)  # same text, other timestamps
+    second = build_turn(0, conversation=1) + build_turn(1, conversation=1)  # same text, other timestamps
     asyncio.run(processor(None, first))
     asyncio.run(processor(None, second))
     assert [batch for _, batch in recorder.texts] == [["u0", "a0 calls", "r-q0", "a0 done"]] * 2

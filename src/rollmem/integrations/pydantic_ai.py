@@ -117,21 +117,22 @@ def _import() -> Any:
 
 
 _bind_lock = threading.Lock()
-_bound = False
 
 
-def _bind_run_context() -> None:
-    """Annotate ``RollingHistory.__call__``'s first parameter with the real ``RunContext``.
+def _bind_run_context() -> dict[str, Any]:
+    """Annotate ``RollingHistory.__call__``'s first parameter with the real ``RunContext``, and
+    return those annotations.
 
     pydantic-ai passes the run context to a history processor whose first parameter is annotated
     ``RunContext`` (it resolves the annotation at run time), which this module cannot import at
-    module level.
+    module level. pydantic-ai 2.x reads the annotations of the class's ``__call__``, early 1.x
+    releases those of the processor object itself.
     """
-    global _bound
+    annotations = RollingHistory.__call__.__annotations__
     with _bind_lock:
-        if not _bound:
-            RollingHistory.__call__.__annotations__["ctx"] = importlib.import_module("pydantic_ai").RunContext
-            _bound = True
+        if isinstance(annotations.get("ctx"), str):
+            annotations["ctx"] = importlib.import_module("pydantic_ai").RunContext
+    return {"ctx": annotations["ctx"], "messages": list, "return": list}
 
 
 # -- converting a history --------------------------------------------------------------------------
@@ -386,6 +387,8 @@ class RollingHistory:
         target_tokens: Optional[int],
         store: Union[Store, AsyncStore, None],
     ) -> None:
+        _import()
+        self.__annotations__ = _bind_run_context()
         self._settings = (max_tokens, summarize_fn, token_counter, target_tokens)
         self._memory()  # checks every argument now
         if store is None:
@@ -492,6 +495,4 @@ def rolling_history(
     ``TypeError``/``ValueError`` at once; a missing pydantic-ai raises
     :class:`~rollmem.errors.MissingExtraError`. Rules and state: see the module docstring.
     """
-    _import()
-    _bind_run_context()
     return RollingHistory(max_tokens, summarize_fn, token_counter, target_tokens, store)
