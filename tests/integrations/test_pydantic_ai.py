@@ -7,6 +7,7 @@ tool call to a real tool, then a text answer, and the model function records wha
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -24,12 +25,14 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     CompactionPart,
+    ImageUrl,
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -247,6 +250,10 @@ def test_200_turns_within_budget_no_orphans_each_message_summarized_once(
     check_exactly_once(rec, chat, range(200))
     assert 50 < len(rec.calls) < 200  # target_tokens: several turns per fold
     assert rec.failures == 0
+    [session_id] = processor.store.ids()  # type: ignore[union-attr]
+    state = json.loads(processor.store.load(session_id).state)  # type: ignore[union-attr]
+    assert state["summary"] == rec.results[-1]
+    assert len(state["folded"]) == 256  # bounded: the newest folded parts only
 
 
 @pytest.mark.parametrize(
@@ -422,10 +429,11 @@ def build_turn(n: int, conversation: int = 0) -> list[ModelMessage]:
 @pytest.mark.parametrize("write_back", [False, True])
 def test_without_conversation_id_whole_or_processed_history(write_back: bool, recorder: Any) -> None:
     """No ``RunContext.conversation_id``: the app passes its whole history each time, or the
-    processed one; either way each message is summarized once."""
+    processed one; either way each message is summarized once, also beyond the 256 folded parts
+    whose fingerprints the state keeps."""
     processor = rolling_history(6, recorder, one)
     history: list[ModelMessage] = []
-    for n in range(20):
+    for n in range(100):
         history = history + build_turn(n)
         output = asyncio.run(processor(None, history))
         assert_no_orphans(output)
@@ -435,7 +443,7 @@ def test_without_conversation_id_whole_or_processed_history(write_back: bool, re
     folded = [m.content for m in recorder.folded]
     assert len(folded) == len(set(folded))
     kept = [m.content for m in as_rollmem(output)]
-    assert folded + kept == [*conversation(range(20)), "a19 done"]
+    assert folded + kept == [*conversation(range(100)), "a99 done"]
 
 
 def test_histories_without_conversation_id_do_not_share_state(recorder: Any) -> None:
@@ -469,6 +477,52 @@ def test_bad_stored_state_is_reported_with_the_session(recorder: Any) -> None:
         InvalidStateError, match=r"session 'pydantic-ai:conv-1': summary: expected str, got int"
     ):
         asyncio.run(processor(Ctx(), build_turn(0) + build_turn(1)))
+
+
+def test_only_the_standing_system_prompt_is_pinned(recorder: Any) -> None:
+    """System prompt parts that open the history stay; one sent later in the conversation is an
+    ordinary message: it is summarized when its turn leaves."""
+    processor = rolling_history(6, recorder, one)
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart("standing")]), *build_turn(0)]
+    history.append(ModelRequest(parts=[SystemPromptPart("later"), UserPromptPart("u1")]))
+    for n in range(1, 4):
+        history = asyncio.run(processor(None, [*history, *build_turn(n)[1:]]))
+        history.append(ModelRequest(parts=[UserPromptPart(f"u{n + 1}")]))
+    assert history[0].parts[0] == SystemPromptPart("standing", timestamp=history[0].parts[0].timestamp)
+    folded = [(m.role, m.content, m.pinned) for m in recorder.folded]
+    assert ("system", "later", False) in folded
+    assert all(content != "standing" for _, content, _ in folded)
+
+
+def test_the_summarizer_gets_converted_messages(recorder: Any) -> None:
+    processor = rolling_history(2, recorder, one)
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(["look:", ImageUrl("https://example.com/cat.png")])]),
+        ModelResponse(parts=[ThinkingPart("hmm"), TextPart("a cat"), ToolCallPart("save", {"x": 1}, "k1")]),
+        ModelRequest(parts=[ToolReturnPart("save", {"ok": True}, "k1")]),
+        ModelResponse(parts=[TextPart("saved")]),
+        ModelRequest(parts=[UserPromptPart("next")]),
+    ]
+    output = asyncio.run(processor(None, history))
+    [(summary, batch)] = recorder.calls
+    assert summary == ""
+    assert [m.to_dict() for m in batch] == [
+        {"role": "user", "content": "look:\n[image-url: https://example.com/cat.png]"},
+        {
+            "role": "assistant",
+            "content": "a cat",
+            "tool_calls": [{"id": "k1", "name": "save", "arguments": '{"x":1}'}],
+        },
+        {"role": "tool", "content": '{"ok":true}', "tool_call_id": "k1", "metadata": {"name": "save"}},
+        {"role": "assistant", "content": "saved"},
+    ]
+    assert output[1:] == history[-1:]
+
+
+def test_a_history_that_is_not_model_messages_is_refused(recorder: Any) -> None:
+    processor = rolling_history(2, recorder, one)
+    with pytest.raises(TypeError, match=r"messages\[1\]: expected ModelRequest or ModelResponse, got dict"):
+        asyncio.run(processor(None, [*build_turn(0)[:1], {"kind": "request"}]))
 
 
 # -- construction, imports ---------------------------------------------------------------------------

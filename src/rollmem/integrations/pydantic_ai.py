@@ -1,8 +1,9 @@
 """A rolling summary for pydantic-ai agents: a history processor backed by rollmem's budget rules.
 
-Needs the ``pydantic-ai`` extra (``pip install "rollmem[pydantic-ai]"``, package
-``pydantic-ai-slim`` 2.x, Python 3.11+ for 2.x itself). Importing this module does not import
-``pydantic_ai``; :func:`rolling_history` does, and raises
+Needs the ``pydantic-ai`` extra (``pip install "rollmem[pydantic-ai]"``: ``pydantic-ai-slim`` 2.x,
+which needs Python 3.10+, and 3.11+ from its later 2.x releases). Checked with pydantic-ai-slim
+2.68 (the test suite), and by hand with 2.0.0, 1.107.10 and 1.0.0. Importing this module does not
+import ``pydantic_ai``; building a processor does, and raises
 :class:`~rollmem.errors.MissingExtraError` when it is not installed.
 
 Use::
@@ -14,15 +15,17 @@ Use::
     result = agent.run_sync("hi")
     result = agent.run_sync("more", message_history=result.all_messages())  # every run
 
-What the model receives, before every model request: the running summary (a
-``CompactionPart`` in a ``ModelRequest`` of its own; where ``CompactionPart`` does not exist, a
-``SystemPromptPart``), then the newest messages whose tokens fit ``max_tokens``. The rules are
+What the model receives, before every model request: the system prompt parts the history opens
+with, then the running summary, then the newest messages whose tokens fit ``max_tokens``. The
+summary is a ``CompactionPart`` in a ``ModelRequest`` (marked in its ``metadata``); where
+``CompactionPart`` cannot sit in a request (before pydantic-ai 2.x added request-side summaries) it
+is a ``SystemPromptPart`` marked by its ``dynamic_ref``. The rules are
 :class:`~rollmem.AsyncRollingMemory`'s, run on the history converted to rollmem messages: over
 ``max_tokens`` the oldest whole units go down to ``target_tokens``; a ``ToolCallPart`` and the
 ``ToolReturnPart`` (or ``RetryPromptPart``) answering it are one unit, never split; the kept part
-does not start with a model response or a tool result; the newest unit always stays; system prompt
-parts are pinned (never evicted, never summarized). The summary's own tokens are not part of the
-budget, as in the core.
+does not start with a model response or a tool result; the newest unit always stays; the system
+prompt parts the history opens with (the run's standing system prompt) are pinned: never evicted,
+never summarized. The summary's own tokens are not part of the budget, as in the core.
 
 Conversion for ``summarize_fn`` and the token counter: a ``ModelResponse`` is one ``assistant``
 message (its text parts joined with ``"\\n"``, its function ``ToolCallPart`` s as
@@ -30,31 +33,32 @@ message (its text parts joined with ``"\\n"``, its function ``ToolCallPart`` s a
 is a ``user`` message (non-text content appears as ``[kind: url]``), a ``ToolReturnPart`` or tool
 ``RetryPromptPart`` a ``tool`` message with ``tool_call_id`` (``metadata`` ``name`` and, for an
 error outcome, ``is_error``), a retry that answers no call a ``user`` message, a
-``SystemPromptPart`` a pinned ``system`` message, another capability's ``CompactionPart`` a
-``system`` message. Parts without text of their own (thinking, instruction and tool deltas, files
-in a response) travel with the message next to them and are neither counted nor shown to the
-summarizer. A request may be split between its parts; a response never is.
+``SystemPromptPart`` a ``system`` message (pinned when standing), another capability's
+``CompactionPart`` a ``system`` message. Parts without text of their own (thinking, instruction and
+tool deltas, files in a response) travel with the message next to them and are neither counted
+nor shown to the summarizer. A request may be split between its parts; a response never is.
 
-State, per conversation: the summary and fingerprints of the parts already folded into it (a
-hash of the part's converted form, its kind and timestamp, so a history passed again after being
-serialized or re-created is recognised). The summarizer receives the previous summary and only
-parts never folded before; parts of a passed history that were folded already are dropped, not
-summarized again. Our own summary part is recognised wherever it sits (pydantic-ai writes the
-processed history back, and may merge that part into the request of the first user prompt) and
-removed before the history is measured. The state lives in ``store`` (any rollmem
-:class:`~rollmem.stores.Store` or :class:`~rollmem.stores.AsyncStore`; a new in-process
-:class:`~rollmem.stores.MemoryStore` by default) under the session id
-``"pydantic-ai:" + conversation key``, saved with a compare-and-set (a lost race is recomputed from
-the winner's state, up to 10 times, then :class:`~rollmem.errors.ConflictError`). The fingerprints
-grow with the conversation (about 35 bytes per folded part).
+State, per conversation: the summary and the fingerprints of the newest 256 parts folded into it
+(a hash of the part's converted form, its kind and timestamp, so a history passed again after
+being serialized or re-created is recognised). Folds always take the oldest parts, so every part
+of a passed history up to the newest one whose fingerprint is known was folded already: those
+parts are dropped, never summarized again, and the state stays small however long the
+conversation. The summarizer receives the previous summary and only parts never folded before.
+Our own summary part is recognised wherever it sits (pydantic-ai 2.x writes the processed history
+back, and may merge that part into the request of a user prompt) and removed before the history
+is measured. The state lives in ``store`` (any rollmem :class:`~rollmem.stores.Store` or
+:class:`~rollmem.stores.AsyncStore`; a new in-process :class:`~rollmem.stores.MemoryStore` by
+default) under the session id :data:`STATE_PREFIX` ``+ conversation key``, saved with a
+compare-and-set (a lost race is recomputed from the winner's state, up to 10 times, then
+:class:`~rollmem.errors.ConflictError`).
 
-The conversation key is ``RunContext.conversation_id`` (pydantic-ai 2.x sets it on every run and
-carries it on the messages). Without one (pydantic-ai 1.x), it is the key recorded in our summary
-part's metadata when the history carries one, else the fingerprint of the history's first
-non-system part, the conversation's opening message. So a history passed whole or passed
-processed continues the same state, while two conversations started separately never share one.
-When there is no stored state but the history carries our summary part (a restart without a
-store), that part's text is taken as the summary.
+The conversation key is ``RunContext.conversation_id`` (pydantic-ai sets it on every run since
+late 1.x and carries it on the messages). Without one, it is the key recorded in our summary part
+when the history carries one, else the fingerprint of the history's first non-pinned part, the
+conversation's opening message. So a history passed whole or passed processed continues the same
+state, while two conversations started separately never share one. When there is no stored state
+but the history carries our summary part (a restart without a store), that part's text is taken as
+the summary.
 
 A summarizer that raises fails the run with its error and changes nothing; the history the app
 holds is untouched. Nothing is summarized twice, except that a fold whose save lost a race is
@@ -91,6 +95,7 @@ _MARKER = "rollmem"  # key of our summary part's metadata: {"rollmem": {"summary
 _SYSTEM_MARKER = "rollmem.summary:"  # SystemPromptPart.dynamic_ref prefix where CompactionPart is absent
 _STATE_VERSION = 1
 _MAX_RETRIES = 10
+_REMEMBERED = 256  # fingerprints of the newest folded parts kept in the state
 # Request parts with no text of their own: they travel with the part next to them.
 _QUIET_REQUEST_PARTS = frozenset(
     (
@@ -162,11 +167,12 @@ def _tool_result_text(part: Any) -> str:
     return str(part.content)
 
 
-def _request_message(pai: Any, part: Any) -> Optional[Message]:
-    """The rollmem message for one request part; ``None`` for a part with no text of its own."""
+def _request_message(pai: Any, part: Any, standing: bool) -> Optional[Message]:
+    """The rollmem message for one request part; ``None`` for a part with no text of its own.
+    ``standing``: the part opens the history's first request (the run's standing system prompt)."""
     kind = getattr(part, "part_kind", None)
     if kind == "system-prompt":
-        return Message(SYSTEM, part.content, pinned=True)
+        return Message(SYSTEM, part.content, pinned=standing)
     if kind == "user-prompt":
         return Message(USER, _user_text(part.content))
     if isinstance(part, pai.ToolReturnPart) or kind in ("tool-return", "retry-prompt"):
@@ -236,6 +242,7 @@ class _View:
         self.owners: list[list[int]] = []  # per message, per part: the index of its group
         self.groups: list[Message] = []
         self.prints: list[str] = []
+        self._opening = True  # still reading the system prompt parts the first request opens with
         for index, message in enumerate(messages):
             kind = getattr(message, "kind", None)
             if kind == "response":
@@ -254,6 +261,7 @@ class _View:
         return len(self.groups) - 1
 
     def _add_response(self, pai: Any, response: Any) -> None:
+        self._opening = False
         group = self._new_group(_response_message(pai, response), "response", response.timestamp)
         self.messages.append(response)
         self.owners.append([group] * len(response.parts))
@@ -267,10 +275,12 @@ class _View:
                 self.summaries.append(found[0])
                 self.marker_key = self.marker_key or found[1]
                 continue
-            converted = _request_message(pai, part)
+            self._opening = self._opening and getattr(part, "part_kind", None) == "system-prompt"
+            converted = _request_message(pai, part, self._opening)
             parts.append(part)
             stamp = getattr(part, "timestamp", None) or request.timestamp
             owners.append(-1 if converted is None else self._new_group(converted, "request", stamp))
+        self._opening = False
         if not parts:
             return
         if len(parts) != len(request.parts):
@@ -299,6 +309,16 @@ class _View:
                     unplaced.append((position, index))
         for position, index in unplaced:
             self.owners[position][index] = 0 if self.groups else -1
+
+    def unfolded(self, folded: Sequence[str]) -> list[int]:
+        """The groups not folded yet. Folds take the oldest non-pinned groups, so every non-pinned
+        group up to the newest one found in ``folded`` was folded, whether remembered or not."""
+        known = set(folded)
+        groups, prints = self.groups, self.prints
+        cut = next(
+            (i for i in range(len(groups) - 1, -1, -1) if not groups[i].pinned and prints[i] in known), -1
+        )
+        return [i for i in range(len(groups)) if groups[i].pinned or (i > cut and prints[i] not in known)]
 
     def origin_key(self) -> Optional[str]:
         """The fingerprint of the first non-pinned group: the conversation's opening message."""
@@ -444,15 +464,14 @@ class RollingHistory:
         else:
             summary, folded = _parse_state(session_id, stored.state)
             revision = stored.revision
-        done = set(folded)
-        live = [index for index, fingerprint in enumerate(view.prints) if fingerprint not in done]
+        live = view.unfolded(folded)
         evicted: list[Message] = []
         memory = self._memory(evicted)
         memory.summary = summary
         await memory.extend([view.groups[index] for index in live])
         if evicted:
             gone = {id(message) for message in evicted}
-            folded = folded + [view.prints[i] for i in live if id(view.groups[i]) in gone]
+            folded = (folded + [view.prints[i] for i in live if id(view.groups[i]) in gone])[-_REMEMBERED:]
             await self._astore.asave(session_id, _dump_state(memory.summary, folded), revision)
         unchanged = (
             not evicted
