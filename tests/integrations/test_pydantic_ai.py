@@ -42,7 +42,7 @@ from pydantic_core import to_jsonable_python
 
 from rollmem import Message, ToolCall
 from rollmem.errors import InvalidStateError, MissingExtraError
-from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, rolling_history
+from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
 from rollmem.stores import MemoryStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,6 +296,8 @@ def test_the_written_back_history_starts_with_the_summary(recorder: Any) -> None
         chat.say()
     history = chat.history or []
     assert summaries(history) == [recorder.results[-1]]
+    assert find_summary(history) == recorder.results[-1]
+    assert find_summary(build_turn(0)) is None
     assert is_summary(history[0].parts[0])
 
 

@@ -86,7 +86,7 @@ from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..sessions import _ThreadedStore
 from ..stores import AsyncStore, MemoryStore, Store
 
-__all__ = ["STATE_PREFIX", "RollingHistory", "rolling_history"]
+__all__ = ["STATE_PREFIX", "RollingHistory", "find_summary", "rolling_history"]
 
 STATE_PREFIX = "pydantic-ai:"
 """Session ids of the conversation states in the store are this prefix plus the conversation key."""
@@ -226,6 +226,18 @@ def _summary_key(part: Any) -> Optional[tuple[str, Optional[str]]]:
         if isinstance(ref, str) and ref.startswith(_SYSTEM_MARKER):
             return part.content, ref[len(_SYSTEM_MARKER) :] or None
     return None
+
+
+def find_summary(messages: Sequence[Any]) -> Optional[str]:
+    """The text of the rollmem summary in a pydantic-ai history (what the processor wrote, wherever
+    it sits; the last one if there are several), or ``None`` when the history carries none."""
+    found = None
+    for message in messages:
+        for part in getattr(message, "parts", ()):
+            summary = _summary_key(part)
+            if summary is not None:
+                found = summary[0]
+    return found
 
 
 class _View:
