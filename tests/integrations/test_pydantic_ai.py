@@ -467,6 +467,28 @@ def test_a_summary_merged_into_the_first_user_request_is_recognised(recorder: An
     assert len(recorder.calls) == 1
 
 
+def test_two_runs_racing_on_one_conversation_commit_one_fold(async_recorder: Any) -> None:
+    """Both fold the same messages; the second save loses the compare-and-set, reloads, finds them
+    folded, and keeps the winner's summary."""
+    store = MemoryStore()
+    processor = rolling_history(4, async_recorder.summarize, one, store=store)
+
+    class Ctx:
+        conversation_id = "race"
+
+    history = build_turn(0) + build_turn(1)
+
+    async def race() -> list[list[ModelMessage]]:
+        return list(await asyncio.gather(processor(Ctx(), history), processor(Ctx(), history)))
+
+    first, second = asyncio.run(race())
+    assert [batch for _, batch in async_recorder.texts] == [["u0", "a0 calls", "r-q0", "a0 done"]] * 2
+    stored = json.loads(store.load(STATE_PREFIX + "race").state)  # type: ignore[union-attr]
+    assert stored["summary"] == "u0|a0 calls|r-q0|a0 done"
+    assert find_summary(first) == find_summary(second) == stored["summary"]
+    assert as_rollmem(first) == as_rollmem(second)
+
+
 def test_bad_stored_state_is_reported_with_the_session(recorder: Any) -> None:
     store = MemoryStore()
     processor = rolling_history(4, recorder, one, store=store)
