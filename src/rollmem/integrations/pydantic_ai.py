@@ -406,8 +406,9 @@ class RollingHistory:
     """A pydantic-ai history processor keeping a rolling summary plus the newest messages.
 
     Build it with :func:`rolling_history`; pass it to ``ProcessHistory`` (pydantic-ai 2.x) or
-    ``history_processors`` (1.x). Calling it (``await processor(ctx, messages)``) returns the
-    history the model should receive; the module docstring states the rules. One processor may
+    ``history_processors`` (1.x). Calling it (``await processor(ctx, messages)``; ``ctx`` is the
+    ``RunContext``, or ``None`` for a history of no known conversation) returns the history the
+    model should receive; the module docstring states the rules. One processor may
     serve many agents and conversations at once.
     """
 
