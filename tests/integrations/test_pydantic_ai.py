@@ -1,0 +1,601 @@
+"""rollmem.integrations.pydantic_ai: a history processor driven through real pydantic-ai agents.
+
+The agents run offline on pydantic-ai's ``FunctionModel``: each user prompt gets a response with a
+tool call to a real tool, then a text answer, and the model function records what it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.messages import (
+    CompactionPart,
+    ImageUrl,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_core import to_jsonable_python
+
+from rollmem import Message, ToolCall
+from rollmem.errors import InvalidStateError, MissingExtraError
+from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
+from rollmem.stores import MemoryStore, SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS_PAGE = ROOT / "docs" / "pages" / "integrations" / "pydantic-ai.md"
+
+
+@pytest.fixture(autouse=True)
+def _close_run_sync_loop() -> Iterator[None]:
+    """``Agent.run_sync`` leaves an open event loop set on the thread: close it after each test."""
+    yield
+    policy = asyncio.get_event_loop_policy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = policy.get_event_loop()
+    except RuntimeError:  # none set
+        return
+    if not loop.is_running():
+        loop.close()
+        policy.set_event_loop(None)
+
+
+def one(text: str) -> int:
+    """Every message costs one token: budgets count messages."""
+    return 1
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def is_summary(part: Any) -> bool:
+    """A summary part rollmem wrote: a marked ``CompactionPart`` (or, on pydantic-ai versions
+    without request-side compaction, a marked ``SystemPromptPart``)."""
+    if isinstance(part, CompactionPart):
+        meta = getattr(part, "metadata", None)
+        return isinstance(meta, dict) and "rollmem" in meta
+    return isinstance(part, SystemPromptPart) and (part.dynamic_ref or "").startswith("rollmem.summary:")
+
+
+def summaries(messages: Sequence[ModelMessage]) -> list[str]:
+    return [part.content for message in messages for part in message.parts if is_summary(part)]
+
+
+def as_rollmem(messages: Sequence[ModelMessage]) -> list[Message]:
+    """What the model received, as rollmem messages (the documented conversion), summary left out."""
+    result = []
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            text = "\n".join(part.content for part in message.parts if isinstance(part, TextPart))
+            calls = [
+                ToolCall(part.tool_call_id, part.tool_name, part.args_as_json_str())
+                for part in message.parts
+                if isinstance(part, ToolCallPart)
+            ]
+            result.append(Message("assistant", text, tool_calls=calls))
+            continue
+        for part in message.parts:
+            if is_summary(part):
+                continue
+            if isinstance(part, SystemPromptPart):
+                result.append(Message("system", part.content))
+            elif isinstance(part, UserPromptPart):
+                assert isinstance(part.content, str)
+                result.append(Message("user", part.content))
+            elif isinstance(part, ToolReturnPart):
+                result.append(Message("tool", part.model_response_str(), tool_call_id=part.tool_call_id))
+            else:
+                raise AssertionError(f"unexpected part {part!r}")
+    return result
+
+
+def assert_no_orphans(messages: Sequence[ModelMessage]) -> None:
+    """Every tool result follows its call, and every call before the last request has its result."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                called.add(part.tool_call_id)
+            elif isinstance(part, ToolReturnPart):
+                assert part.tool_call_id in called, f"orphan tool result {part.tool_call_id}"
+                answered.add(part.tool_call_id)
+    assert called == answered, f"calls without results: {sorted(called - answered)}"
+
+
+class Chat:
+    """One conversation with an agent whose history goes through ``processor``.
+
+    Turn ``n`` sends ``u{n} ...``; the model answers ``a{n} calls`` with a call ``c{n}`` to the
+    ``lookup`` tool (result ``r-q{n}``), then ``a{n} done``. ``seen`` holds what the model received
+    at every request, ``summary_seen`` the summarizer's latest result at that moment.
+    """
+
+    def __init__(
+        self,
+        processor: RollingHistory,
+        *,
+        summary_now: Callable[[], Optional[str]] = lambda: None,
+        system_prompt: Optional[str] = "Be brief.",
+        roundtrip: bool = False,
+        history: Optional[list[ModelMessage]] = None,
+        first_turn: int = 0,
+        use_async: bool = False,
+    ) -> None:
+        self.use_async = use_async
+        self.seen: list[list[ModelMessage]] = []
+        self.summary_seen: list[Optional[str]] = []
+        self.turn = first_turn
+        self.history = history
+        self.roundtrip = roundtrip
+        self._summary_now = summary_now
+
+        def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            self.seen.append(list(messages))
+            self.summary_seen.append(self._summary_now())
+            n = self.turn
+            if any(isinstance(part, UserPromptPart) for part in messages[-1].parts):
+                return ModelResponse(
+                    parts=[
+                        TextPart(f"a{n} calls"),
+                        ToolCallPart("lookup", {"q": f"q{n}"}, tool_call_id=f"c{n}"),
+                    ]
+                )
+            return ModelResponse(parts=[TextPart(f"a{n} done")])
+
+        kwargs: dict[str, Any] = {"capabilities": [ProcessHistory(processor)]}
+        if system_prompt is not None:
+            kwargs["system_prompt"] = system_prompt
+        self.agent = Agent(FunctionModel(model), **kwargs)
+
+        @self.agent.tool_plain
+        def lookup(q: str) -> str:
+            return f"r-{q}"
+
+    def say(self, extra_words: int = 0) -> None:
+        n = self.turn
+        prompt = " ".join([f"u{n}"] + ["w"] * extra_words)
+        if self.use_async:
+            result = asyncio.run(self.agent.run(prompt, message_history=self.history))
+        else:
+            result = self.agent.run_sync(prompt, message_history=self.history)
+        history = result.all_messages()
+        if self.roundtrip:  # the app stores the history as JSON between runs
+            history = ModelMessagesTypeAdapter.validate_python(to_jsonable_python(history))
+        self.history = history
+        self.turn += 1
+
+
+def conversation(turns: range) -> list[str]:
+    """Every message of turns ``turns``, in order, up to the last turn's tool result."""
+    contents = []
+    for n in turns:
+        contents += [f"u{n}", f"a{n} calls", f"r-q{n}", f"a{n} done"]
+    return contents[:-1]
+
+
+def check_turns(chat: Chat, max_tokens: int, counter: Callable[[str], int]) -> None:
+    for received, summary in zip(chat.seen, chat.summary_seen):
+        assert_no_orphans(received)
+        found = summaries(received)
+        assert found == ([summary] if summary else [])
+        if summary:  # first: after the standing system prompt, before every message
+            first = received[0].parts
+            index = next(i for i, part in enumerate(first) if is_summary(part))
+            assert all(isinstance(part, SystemPromptPart) for part in first[:index])
+        view = [m for m in as_rollmem(received) if m.role != "system"]
+        assert view
+        assert view[0].role == "user"
+        assert sum(counter(m.token_text()) for m in view) <= max_tokens
+
+
+def label(message: Message) -> str:
+    """The content without the filler words of a user prompt: ``u3 w w`` is ``u3``."""
+    return message.content.split(" w")[0]
+
+
+def check_exactly_once(rec: Any, chat: Chat, turns: range) -> None:
+    folded = [label(m) for m in rec.folded]
+    assert len(folded) == len(set(folded))
+    assert all(m.role != "system" for m in rec.folded)  # neither the system prompt nor a summary
+    last = [label(m) for m in as_rollmem(chat.seen[-1]) if m.role != "system"]
+    assert folded + last == conversation(turns)
+    for index in range(1, len(rec.calls)):  # each call continues the previous summary
+        assert rec.calls[index][0] == rec.results[index - 1]
+
+
+# -- the acceptance check ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_200_turns_within_budget_no_orphans_each_message_summarized_once(
+    kind: str, recorder: Any, async_recorder: Any
+) -> None:
+    rec = recorder if kind == "sync" else async_recorder
+    summarize = rec if kind == "sync" else rec.summarize
+    processor = rolling_history(10, summarize, one, target_tokens=6)
+    chat = Chat(
+        processor, summary_now=lambda: rec.results[-1] if rec.results else None, use_async=kind == "async"
+    )
+    for _ in range(200):
+        chat.say()
+    assert len(chat.seen) == 400
+    check_turns(chat, 10, one)
+    check_exactly_once(rec, chat, range(200))
+    assert 50 < len(rec.calls) < 200  # target_tokens: several turns per fold
+    assert rec.failures == 0
+    [session_id] = processor.store.ids()  # type: ignore[union-attr]
+    state = json.loads(processor.store.load(session_id).state)  # type: ignore[union-attr]
+    assert state["summary"] == rec.results[-1]
+    assert len(state["folded"]) == 256  # bounded: the newest folded parts only
+
+
+@pytest.mark.parametrize(
+    ("system_prompt", "roundtrip"), [("Be brief.", False), (None, False), ("Be brief.", True)]
+)
+def test_word_budget_with_and_without_system_prompt_and_json_history(
+    system_prompt: Optional[str], roundtrip: bool, recorder: Any
+) -> None:
+    processor = rolling_history(40, recorder, words, target_tokens=25)
+    chat = Chat(
+        processor,
+        summary_now=lambda: recorder.results[-1] if recorder.results else None,
+        system_prompt=system_prompt,
+        roundtrip=roundtrip,
+    )
+    for n in range(30):
+        chat.say(extra_words=n % 5)
+    check_turns(chat, 40, words)
+    check_exactly_once(recorder, chat, range(30))
+    if system_prompt is not None:  # pinned: never folded, always sent first
+        for received in chat.seen:
+            assert isinstance(received[0].parts[0], SystemPromptPart)
+            assert received[0].parts[0].content == system_prompt
+
+
+def test_history_under_budget_passes_through_untouched(recorder: Any) -> None:
+    processor = rolling_history(1000, recorder)
+    chat = Chat(processor)
+    for _ in range(3):
+        chat.say()
+    assert recorder.calls == []
+    assert summaries(chat.history or []) == []
+    assert len(chat.seen[-1]) == 11  # 2 earlier turns of 4 messages, then prompt, call, result
+
+
+def test_the_written_back_history_starts_with_the_summary(recorder: Any) -> None:
+    processor = rolling_history(6, recorder, one)
+    chat = Chat(processor, system_prompt=None)
+    for _ in range(4):
+        chat.say()
+    history = chat.history or []
+    assert summaries(history) == [recorder.results[-1]]
+    assert find_summary(history) == recorder.results[-1]
+    assert find_summary(build_turn(0)) is None
+    assert is_summary(history[0].parts[0])
+
+
+def test_without_a_summarizer_evicted_messages_are_dropped() -> None:
+    processor = rolling_history(6, None, one)
+    chat = Chat(processor)
+    for _ in range(10):
+        chat.say()
+    check_turns(chat, 6, one)
+    assert all(summaries(received) == [] for received in chat.seen)
+
+
+# -- state: stores, restarts, conversations ------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_new_processor_on_the_same_store_continues(
+    backend: str, tmp_path: Path, make_recorder: Callable[[], Any]
+) -> None:
+    store: Any = MemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "state.db")
+    first, second = make_recorder(), make_recorder()
+    chat = Chat(
+        rolling_history(8, first, one, store=store),
+        summary_now=lambda: first.results[-1] if first.results else None,
+    )
+    for _ in range(10):
+        chat.say()
+    [session_id] = store.ids(STATE_PREFIX)
+    stored_summary = first.results[-1]
+
+    # A restarted app: a new processor and agent on the same store, the history the app kept.
+    later = Chat(
+        rolling_history(8, second, one, store=store),
+        summary_now=lambda: second.results[-1] if second.results else stored_summary,
+        history=chat.history,
+        first_turn=10,
+    )
+    for _ in range(10):
+        later.say()
+    assert second.calls[0][0] == stored_summary
+    check_turns(later, 8, one)
+    folded = [m.content for m in first.folded] + [m.content for m in second.folded]
+    last = [m.content for m in as_rollmem(later.seen[-1]) if m.role != "system"]
+    assert folded + last == conversation(range(20))
+    assert store.ids(STATE_PREFIX) == [session_id]
+    if backend == "sqlite":
+        store.close()
+
+
+def test_without_stored_state_the_summary_part_in_the_history_is_continued(
+    make_recorder: Callable[[], Any],
+) -> None:
+    first, second = make_recorder(), make_recorder()
+    chat = Chat(
+        rolling_history(8, first, one), summary_now=lambda: first.results[-1] if first.results else None
+    )
+    for _ in range(10):
+        chat.say()
+    later = Chat(  # new processor, new in-process store: only the history carries the summary
+        rolling_history(8, second, one),
+        summary_now=lambda: second.results[-1] if second.results else first.results[-1],
+        history=chat.history,
+        first_turn=10,
+    )
+    for _ in range(5):
+        later.say()
+    assert second.calls[0][0] == first.results[-1]
+    folded = [m.content for m in first.folded] + [m.content for m in second.folded]
+    assert len(folded) == len(set(folded))
+    check_turns(later, 8, one)
+
+
+def test_conversations_are_kept_apart(make_recorder: Callable[[], Any]) -> None:
+    rec = make_recorder()
+    store = MemoryStore()
+    processor = rolling_history(6, rec, one, store=store)
+    chats = [Chat(processor, summary_now=lambda: None) for _ in range(2)]
+    for _ in range(6):
+        for chat in chats:
+            chat.say()
+    assert len(store.ids(STATE_PREFIX)) == 2
+    for chat in chats:
+        for received in chat.seen:
+            assert_no_orphans(received)
+        # each conversation's summary holds its own messages only: the turn numbers repeat
+        summary = summaries(chat.seen[-1])[0]
+        assert summary.count("u0") == 1
+
+
+def test_a_failing_summarizer_fails_the_run_and_loses_nothing(recorder: Any) -> None:
+    processor = rolling_history(6, recorder, one)
+    chat = Chat(processor, summary_now=lambda: recorder.results[-1] if recorder.results else None)
+    chat.say()
+    chat.say()
+    recorder.fail = True
+    before = chat.history
+    with pytest.raises(Exception, match="summarizer down"):
+        chat.say()
+    assert chat.history is before
+    recorder.fail = False
+    for _ in range(5):
+        chat.say()
+    folded = [m.content for m in recorder.folded]
+    assert len(folded) == len(set(folded))
+    last = [m.content for m in as_rollmem(chat.seen[-1]) if m.role != "system"]
+    assert folded + last == conversation(range(7))  # turn 2 failed, then ran again
+
+
+# -- the processor called directly, as pydantic-ai 1.x does -----------------------------------------
+
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def build_turn(n: int, conversation: int = 0) -> list[ModelMessage]:
+    """Turn ``n`` of a hand-built history; ``conversation`` shifts the timestamps."""
+    stamp = START + timedelta(days=conversation, minutes=n)
+    second = timedelta(seconds=1)
+    call = ToolCallPart("lookup", {"q": f"q{n}"}, tool_call_id=f"c{n}")
+    return [
+        ModelRequest(parts=[UserPromptPart(f"u{n}", timestamp=stamp)], timestamp=stamp),
+        ModelResponse(parts=[TextPart(f"a{n} calls"), call], timestamp=stamp + second),
+        ModelRequest(
+            parts=[ToolReturnPart("lookup", f"r-q{n}", tool_call_id=f"c{n}", timestamp=stamp + 2 * second)],
+            timestamp=stamp + 2 * second,
+        ),
+        ModelResponse(parts=[TextPart(f"a{n} done")], timestamp=stamp + 3 * second),
+    ]
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+def test_without_conversation_id_whole_or_processed_history(write_back: bool, recorder: Any) -> None:
+    """No ``RunContext.conversation_id``: the app passes its whole history each time, or the
+    processed one; either way each message is summarized once, also beyond the 256 folded parts
+    whose fingerprints the state keeps."""
+    processor = rolling_history(6, recorder, one)
+    history: list[ModelMessage] = []
+    for n in range(100):
+        history = history + build_turn(n)
+        output = asyncio.run(processor(None, history))
+        assert_no_orphans(output)
+        assert len(list(as_rollmem(output))) <= 6
+        if write_back:
+            history = output
+    folded = [m.content for m in recorder.folded]
+    assert len(folded) == len(set(folded))
+    kept = [m.content for m in as_rollmem(output)]
+    assert folded + kept == [*conversation(range(100)), "a99 done"]
+
+
+def test_histories_without_conversation_id_do_not_share_state(recorder: Any) -> None:
+    processor = rolling_history(4, recorder, one)
+    first = build_turn(0) + build_turn(1)
+    second = build_turn(0, conversation=1) + build_turn(1, conversation=1)  # same text, other timestamps
+    asyncio.run(processor(None, first))
+    asyncio.run(processor(None, second))
+    assert [batch for _, batch in recorder.texts] == [["u0", "a0 calls", "r-q0", "a0 done"]] * 2
+
+
+def test_a_summary_merged_into_the_first_user_request_is_recognised(recorder: Any) -> None:
+    processor = rolling_history(4, recorder, one)
+    output = asyncio.run(processor(None, build_turn(0) + build_turn(1)))
+    assert is_summary(output[0].parts[0])
+    merged = [ModelRequest(parts=[*output[0].parts, *output[1].parts]), *output[2:]]
+    again = asyncio.run(processor(None, merged))
+    assert again is merged  # recognised, nothing new to fold: passed through
+    assert len(recorder.calls) == 1
+
+
+def test_two_runs_racing_on_one_conversation_commit_one_fold(async_recorder: Any) -> None:
+    """Both fold the same messages; the second save loses the compare-and-set, reloads, finds them
+    folded, and keeps the winner's summary."""
+    store = MemoryStore()
+    processor = rolling_history(4, async_recorder.summarize, one, store=store)
+
+    class Ctx:
+        conversation_id = "race"
+
+    history = build_turn(0) + build_turn(1)
+
+    async def race() -> list[list[ModelMessage]]:
+        return list(await asyncio.gather(processor(Ctx(), history), processor(Ctx(), history)))
+
+    first, second = asyncio.run(race())
+    assert [batch for _, batch in async_recorder.texts] == [["u0", "a0 calls", "r-q0", "a0 done"]] * 2
+    stored = json.loads(store.load(STATE_PREFIX + "race").state)  # type: ignore[union-attr]
+    assert stored["summary"] == "u0|a0 calls|r-q0|a0 done"
+    assert find_summary(first) == find_summary(second) == stored["summary"]
+    assert as_rollmem(first) == as_rollmem(second)
+
+
+def test_bad_stored_state_is_reported_with_the_session(recorder: Any) -> None:
+    store = MemoryStore()
+    processor = rolling_history(4, recorder, one, store=store)
+
+    class Ctx:
+        conversation_id = "conv-1"
+
+    store.save(STATE_PREFIX + "conv-1", '{"version": 1, "summary": 3, "folded": []}', 0)
+    with pytest.raises(
+        InvalidStateError, match=r"session 'pydantic-ai:conv-1': summary: expected str, got int"
+    ):
+        asyncio.run(processor(Ctx(), build_turn(0) + build_turn(1)))
+
+
+def test_only_the_standing_system_prompt_is_pinned(recorder: Any) -> None:
+    """System prompt parts that open the history stay; one sent later in the conversation is an
+    ordinary message: it is summarized when its turn leaves."""
+    processor = rolling_history(6, recorder, one)
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart("standing")]), *build_turn(0)]
+    history.append(ModelRequest(parts=[SystemPromptPart("later"), UserPromptPart("u1")]))
+    for n in range(1, 4):
+        history = asyncio.run(processor(None, [*history, *build_turn(n)[1:]]))
+        history.append(ModelRequest(parts=[UserPromptPart(f"u{n + 1}")]))
+    assert history[0].parts[0] == SystemPromptPart("standing", timestamp=history[0].parts[0].timestamp)
+    folded = [(m.role, m.content, m.pinned) for m in recorder.folded]
+    assert ("system", "later", False) in folded
+    assert all(content != "standing" for _, content, _ in folded)
+
+
+def test_the_summarizer_gets_converted_messages(recorder: Any) -> None:
+    processor = rolling_history(2, recorder, one)
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart(["look:", ImageUrl("https://example.com/cat.png")])]),
+        ModelResponse(parts=[ThinkingPart("hmm"), TextPart("a cat"), ToolCallPart("save", {"x": 1}, "k1")]),
+        ModelRequest(parts=[ToolReturnPart("save", {"ok": True}, "k1")]),
+        ModelResponse(parts=[TextPart("saved")]),
+        ModelRequest(parts=[UserPromptPart("next")]),
+    ]
+    output = asyncio.run(processor(None, history))
+    [(summary, batch)] = recorder.calls
+    assert summary == ""
+    assert [m.to_dict() for m in batch] == [
+        {"role": "user", "content": "look:\n[image-url: https://example.com/cat.png]"},
+        {
+            "role": "assistant",
+            "content": "a cat",
+            "tool_calls": [{"id": "k1", "name": "save", "arguments": '{"x":1}'}],
+        },
+        {"role": "tool", "content": '{"ok":true}', "tool_call_id": "k1", "metadata": {"name": "save"}},
+        {"role": "assistant", "content": "saved"},
+    ]
+    assert output[1:] == history[-1:]
+
+
+def test_a_history_that_is_not_model_messages_is_refused(recorder: Any) -> None:
+    processor = rolling_history(2, recorder, one)
+    with pytest.raises(TypeError, match=r"messages\[1\]: expected ModelRequest or ModelResponse, got dict"):
+        asyncio.run(processor(None, [*build_turn(0)[:1], {"kind": "request"}]))
+
+
+# -- construction, imports ---------------------------------------------------------------------------
+
+
+def test_bad_arguments_raise_at_once() -> None:
+    with pytest.raises(ValueError, match="max_tokens must be positive"):
+        rolling_history(0)
+    with pytest.raises(ValueError, match="target_tokens must be at most max_tokens"):
+        rolling_history(10, target_tokens=20)
+    with pytest.raises(TypeError, match="summarize_fn: expected a callable"):
+        rolling_history(10, "nope")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="store: expected a rollmem Store or AsyncStore, got dict"):
+        rolling_history(10, store={})  # type: ignore[arg-type]
+
+
+def test_a_missing_pydantic_ai_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in sys.modules if name == "pydantic_ai" or name.startswith("pydantic_ai.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(MissingExtraError, match=re.escape('pip install "rollmem[pydantic-ai]"')):
+        rolling_history()
+
+
+def test_importing_the_module_imports_no_framework() -> None:
+    code = (
+        "import sys, rollmem, rollmem.integrations, rollmem.integrations.pydantic_ai\n"
+        "assert 'pydantic_ai' not in sys.modules, 'pydantic_ai imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src")})
+
+
+# -- the documentation page ----------------------------------------------------------------------------
+
+
+def _doc_blocks() -> list[tuple[int, str]]:
+    text = DOCS_PAGE.read_text(encoding="utf-8")
+    pattern = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+    return [(text.count("\n", 0, match.start()) + 1, match.group(1)) for match in pattern.finditer(text)]
+
+
+def test_docs_page_has_a_runnable_example() -> None:
+    blocks = _doc_blocks()
+    assert blocks
+    assert blocks[0][1].startswith("# needs: pydantic_ai\n")
+
+
+@pytest.mark.parametrize(
+    ("line", "code"), _doc_blocks(), ids=lambda value: f"line{value}" if isinstance(value, int) else ""
+)
+def test_docs_page_block_runs(line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, f"{DOCS_PAGE.name}:{line}", "exec"), {"__name__": "__docs__"})
