@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Callable
 
 import pytest
@@ -234,3 +235,20 @@ def failing_summarizer() -> RecordingSummarizer:
     rec = RecordingSummarizer()
     rec.fail = True
     return rec
+
+
+@pytest.fixture(autouse=True)
+def _close_leftover_event_loop() -> Iterator[None]:
+    """Some frameworks' sync entry points (pydantic-ai's ``Agent.run_sync``) leave an open event
+    loop set on the thread: close it after each test, so no ResourceWarning fires in a later one."""
+    yield
+    policy = asyncio.get_event_loop_policy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = policy.get_event_loop()
+    except RuntimeError:  # none set
+        return
+    if not loop.is_running():
+        loop.close()
+        policy.set_event_loop(None)

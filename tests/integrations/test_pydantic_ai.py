@@ -11,8 +11,7 @@ import json
 import re
 import subprocess
 import sys
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -47,22 +46,6 @@ from rollmem.stores import MemoryStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_PAGE = ROOT / "docs" / "pages" / "integrations" / "pydantic-ai.md"
-
-
-@pytest.fixture(autouse=True)
-def _close_run_sync_loop() -> Iterator[None]:
-    """``Agent.run_sync`` leaves an open event loop set on the thread: close it after each test."""
-    yield
-    policy = asyncio.get_event_loop_policy()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            loop = policy.get_event_loop()
-    except RuntimeError:  # none set
-        return
-    if not loop.is_running():
-        loop.close()
-        policy.set_event_loop(None)
 
 
 def one(text: str) -> int:
