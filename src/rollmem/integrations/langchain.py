@@ -19,9 +19,10 @@ state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`), so any checkpointer persists th
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
 from ..adapters.langchain import from_langchain
@@ -49,6 +50,19 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
     if _package is None:
         raise
     raise MissingExtraError(_package, "langchain", __name__) from exc
+
+if TYPE_CHECKING and sys.version_info >= (3, 10):
+    _Request = ModelRequest[Any]
+    _Runtime = Runtime[Any]
+    _AnyMessage = AnyMessage
+else:
+    # At run time nothing is subscripted (langchain 1.0's ModelRequest is not generic).
+    # mypy runs at python_version 3.9 and takes this branch too: there it cannot evaluate langgraph's
+    # ContextT (bound ``StateLike | None``) nor langchain-core's ``AnyMessage`` (a run-time ``|``
+    # union), so ModelRequest and Runtime take no type arguments and messages are BaseMessage.
+    _Request = ModelRequest
+    _Runtime = Runtime
+    _AnyMessage = BaseMessage
 
 __all__ = [
     "CURSOR_KEY",
@@ -82,7 +96,9 @@ class _Fold:
 
     __slots__ = ("converted", "indices", "messages", "summary")
 
-    def __init__(self, messages: Sequence[BaseMessage], indices: list[int], converted: list[Message], summary: str):
+    def __init__(
+        self, messages: Sequence[BaseMessage], indices: list[int], converted: list[Message], summary: str
+    ):
         self.messages = messages
         self.indices = indices  # positions in messages of the buffer, oldest first
         self.converted = converted
@@ -134,7 +150,7 @@ def _check_callable(name: str, value: object) -> None:
         raise TypeError(f"{name}: expected a callable or None, got {v.type_name(value)}")
 
 
-class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState, Any, Any]):
+class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
     """``create_agent`` middleware: the model sees a running summary plus the newest messages.
 
     Before each model call the model receives the agent's system prompt (untouched, not
@@ -177,7 +193,7 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState, Any, Any]):
         target_tokens: Optional[int] = None,
         pin: Optional[Callable[[BaseMessage], bool]] = None,
         prune_folded: bool = False,
-        summary_message: Optional[Callable[[str], BaseMessage]] = None,
+        summary_message: Optional[Callable[[str], _AnyMessage]] = None,
     ) -> None:
         super().__init__()
         # The async memory accepts both kinds of summarizer: it checks the shared arguments.
@@ -196,43 +212,43 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState, Any, Any]):
 
     # -- what the model sees ------------------------------------------------------------------
 
-    def summary_message(self, summary: str) -> BaseMessage:
+    def summary_message(self, summary: str) -> _AnyMessage:
         """The message that carries a non-empty summary: ``summary_message(summary)`` when given,
         else ``SystemMessage(summary)``."""
         if self._summary_message is not None:
             return self._summary_message(summary)
         return SystemMessage(content=summary)
 
-    def model_messages(self, request: ModelRequest[Any]) -> list[AnyMessage]:
+    def model_messages(self, request: _Request) -> list[_AnyMessage]:
         """The messages the model receives after the system prompt: the summary message, then the
         buffer (the original objects of ``request.messages``)."""
         state = cast("Mapping[str, Any]", request.state)
         messages = request.messages
-        view: list[AnyMessage] = [messages[index] for index in _buffer_indices(messages, state)]
+        view: list[_AnyMessage] = [messages[index] for index in _buffer_indices(messages, state)]
         summary = _state_summary(state)
         if summary:
-            view.insert(0, cast("AnyMessage", self.summary_message(summary)))
+            view.insert(0, self.summary_message(summary))
         return view
 
     def wrap_model_call(
         self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+        request: _Request,
+        handler: Callable[[_Request], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         """Call the model with :meth:`model_messages`."""
         return handler(request.override(messages=self.model_messages(request)))
 
     async def awrap_model_call(
         self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+        request: _Request,
+        handler: Callable[[_Request], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         """:meth:`wrap_model_call` for ``ainvoke``."""
         return await handler(request.override(messages=self.model_messages(request)))
 
     # -- folding ------------------------------------------------------------------------------
 
-    def before_model(self, state: RollingMemoryState, runtime: Runtime[Any]) -> Optional[dict[str, Any]]:
+    def before_model(self, state: RollingMemoryState, runtime: _Runtime) -> Optional[dict[str, Any]]:
         """Fold what the budget says with a :class:`~rollmem.RollingMemory`; returns the state
         update (summary, fold position, removals when pruning), or ``None`` when nothing folds."""
         if inspect.iscoroutinefunction(self.summarize_fn):
@@ -254,9 +270,7 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState, Any, Any]):
         memory.extend(fold.converted[-1:])
         return self._finish(fold, memory.summary, memory.buffer)
 
-    async def abefore_model(
-        self, state: RollingMemoryState, runtime: Runtime[Any]
-    ) -> Optional[dict[str, Any]]:
+    async def abefore_model(self, state: RollingMemoryState, runtime: _Runtime) -> Optional[dict[str, Any]]:
         """:meth:`before_model` with an :class:`~rollmem.AsyncRollingMemory` (``summarize_fn``
         may be a coroutine function)."""
         fold = self._begin(state)
@@ -345,7 +359,7 @@ def _split_summary(messages: Sequence[BaseMessage]) -> tuple[str, list[Message]]
 
 def langchain_summarizer(
     summarize_fn: Union[SummarizeFn, AsyncSummarizeFn],
-) -> Union[Callable[[list[AnyMessage]], str], Callable[[list[AnyMessage]], Awaitable[str]]]:
+) -> Union[Callable[[list[_AnyMessage]], str], Callable[[list[_AnyMessage]], Awaitable[str]]]:
     """A ``summarizer`` for LangChain's ``SummarizationMiddleware`` that calls a rollmem
     ``summarize_fn(summary, evicted)``.
 
@@ -363,11 +377,12 @@ def langchain_summarizer(
     ``state["messages"]`` (the summary message replaces what it folds) and applies its own
     ``trigger``/``keep`` rules and token counter.
     """
-    _check_callable("summarize_fn", summarize_fn)
+    if not callable(summarize_fn):
+        raise TypeError(f"summarize_fn: expected a callable, got {v.type_name(summarize_fn)}")
     if inspect.iscoroutinefunction(summarize_fn):
         async_fn = cast("AsyncSummarizeFn", summarize_fn)
 
-        async def asummarize(messages: list[AnyMessage]) -> str:
+        async def asummarize(messages: list[_AnyMessage]) -> str:
             summary, evicted = _split_summary(messages)
             return await async_fn(summary, evicted)
 
@@ -375,7 +390,7 @@ def langchain_summarizer(
 
     sync_fn = cast("SummarizeFn", summarize_fn)
 
-    def summarize(messages: list[AnyMessage]) -> str:
+    def summarize(messages: list[_AnyMessage]) -> str:
         summary, evicted = _split_summary(messages)
         return sync_fn(summary, evicted)
 
