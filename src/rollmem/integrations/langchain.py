@@ -352,7 +352,7 @@ def _split_summary(messages: Sequence[BaseMessage]) -> tuple[str, list[Message]]
     summary = ""
     rest = list(messages)
     if summaries:
-        text = rest.pop(summaries[0]).text
+        text = from_langchain([rest.pop(summaries[0])])[0].content
         summary = text[len(_LC_SUMMARY_PREFIX) :] if text.startswith(_LC_SUMMARY_PREFIX) else text
     return summary, from_langchain(rest)
 
