@@ -24,23 +24,24 @@ import pytest
 pytest.importorskip("langchain.agents")
 pytest.importorskip("langgraph.checkpoint.memory")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware  # noqa: E402
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import (  # noqa: E402
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.tools import tool  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import Field
 
-from rollmem import Message, RollingMemory  # noqa: E402
-from rollmem.adapters.langchain import from_langchain  # noqa: E402
-from rollmem.errors import InvalidStateError  # noqa: E402
-from rollmem.integrations.langchain import (  # noqa: E402
+from rollmem import Message, RollingMemory
+from rollmem.adapters.langchain import from_langchain
+from rollmem.errors import InvalidStateError
+from rollmem.integrations.langchain import (
     CURSOR_KEY,
     SUMMARY_KEY,
     RollingMemoryMiddleware,
@@ -49,7 +50,21 @@ from rollmem.integrations.langchain import (  # noqa: E402
 
 SYSTEM_PROMPT = "You are a terse weather assistant."
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "integrations" / "langchain.md"
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+]
 
 
 def words(n: int, seed: int) -> str:
@@ -65,7 +80,7 @@ def lookup(city: str) -> str:
 class ScriptedModel(GenericFakeChatModel):
     """Answers with the next scripted message; records the messages of every call."""
 
-    received: list[list[BaseMessage]] = []
+    received: list[list[BaseMessage]] = Field(default_factory=list)
 
     def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
         self.received.append(list(messages))
@@ -103,7 +118,7 @@ class Chat:
         thread: str = "thread-1",
     ) -> None:
         self.script: deque[AIMessage] = deque()
-        self.model = ScriptedModel(messages=iter(self.script.popleft, None), received=[])
+        self.model = ScriptedModel(messages=iter(self.script.popleft, None))
         self.spy = Spy()
         self.checkpointer = checkpointer if checkpointer is not None else InMemorySaver()
         self.agent = create_agent(
@@ -252,7 +267,9 @@ def test_missing_framework_raises_missing_extra_error() -> None:
 # -- what the model sees ------------------------------------------------------------------------
 
 
-def test_model_gets_system_prompt_then_summary_then_newest_originals(recorder: Any, word_counter: Any) -> None:
+def test_model_gets_system_prompt_then_summary_then_newest_originals(
+    recorder: Any, word_counter: Any
+) -> None:
     chat = Chat(RollingMemoryMiddleware(40, recorder, word_counter))
     for i in range(8):
         chat.turn(i, calls=1 + i % 2)
@@ -392,7 +409,9 @@ def test_200_turn_agent_conversation_stays_in_budget_and_summarizes_each_message
 
 def test_pinned_messages_stay_in_view_and_are_never_summarized(make_recorder: Any, word_counter: Any) -> None:
     def pin(message: BaseMessage) -> bool:
-        return isinstance(message.content, str) and message.content.startswith(("question 3:", "question 11:"))
+        return isinstance(message.content, str) and message.content.startswith(
+            ("question 3:", "question 11:")
+        )
 
     recorder = make_recorder()
     chat = Chat(RollingMemoryMiddleware(70, recorder, word_counter, target_tokens=50, pin=pin))
