@@ -371,7 +371,8 @@ def langchain_summarizer(
     :func:`rollmem.adapters.langchain.from_langchain`. A coroutine ``summarize_fn`` gives a
     coroutine function (the agent then runs with ``ainvoke``).
 
-    Pass ``trim_tokens_to_summarize=None`` to ``SummarizationMiddleware``: otherwise it trims the
+    ``SummarizationMiddleware`` takes a ``summarizer`` from langchain 1.5 on. Pass
+    ``trim_tokens_to_summarize=None`` to it: otherwise it trims the
     list to its newest 4000 tokens first, and the trimmed messages (the previous summary among
     them) never reach ``summarize_fn``. Unlike :class:`RollingMemoryMiddleware` it rewrites
     ``state["messages"]`` (the summary message replaces what it folds) and applies its own
