@@ -551,6 +551,24 @@ def test_unconvertible_content_raises_naming_the_state_position(recorder: Any, w
         chat.agent.invoke({"messages": [image]}, chat.config)
 
 
+@pytest.mark.parametrize(
+    ("cursor", "error"),
+    [
+        ({"start": "gone", "kept": []}, r"^rollmem_cursor\.start: no message with id 'gone' in messages"),
+        ({"start": None, "kept": [3]}, r"^rollmem_cursor\.kept\[0\]: expected str, got int"),
+        ("start", r"^rollmem_cursor: expected a mapping, got str"),
+    ],
+)
+def test_a_damaged_cursor_raises_naming_the_field(
+    cursor: Any, error: str, recorder: Any, word_counter: Any
+) -> None:
+    chat = Chat(RollingMemoryMiddleware(40, recorder, word_counter))
+    chat.turn(0)
+    chat.agent.update_state(chat.config, {CURSOR_KEY: cursor})
+    with pytest.raises(InvalidStateError, match=error):
+        chat.turn(1)
+
+
 # -- LangChain's own SummarizationMiddleware ----------------------------------------------------
 
 

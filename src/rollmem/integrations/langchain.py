@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
 from ..adapters.langchain import from_langchain
-from ..errors import InvalidStateError, MissingExtraError
+from ..errors import InvalidStateError, MissingExtraError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
 from ..message import Message
 
@@ -49,7 +49,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
     _package = _PACKAGES.get((exc.name or "").split(".")[0])
     if _package is None:
         raise
-    raise MissingExtraError(_package, "langchain", __name__) from exc
+    # The extra installs langchain and langgraph on Python 3.10+ only: say so where that matters.
+    _feature = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
+    raise MissingExtraError(_package, "langchain", _feature) from exc
 
 if TYPE_CHECKING and sys.version_info >= (3, 10):
     _Request = ModelRequest[Any]
@@ -117,6 +119,11 @@ def _buffer_indices(messages: Sequence[BaseMessage], state: Mapping[str, Any]) -
     cursor = v.expect_mapping(cursor, CURSOR_KEY)
     start = v.get_optional_str(cursor, "start", CURSOR_KEY)
     kept = v.get_list(cursor, "kept", CURSOR_KEY)
+    for index, item in enumerate(kept):
+        if not isinstance(item, str):
+            raise StateTypeError(
+                v.join(v.join(CURSOR_KEY, "kept"), index), f"expected str, got {v.type_name(item)}"
+            )
     if start is None:
         return list(range(len(messages)))
     position = len(messages) - 1
