@@ -295,6 +295,9 @@ def test_model_gets_system_prompt_then_summary_then_newest_originals(
         # The newest messages: the buffer is a tail of the state (no pins here).
         assert ids(buffer) == ids(request[len(request) - len(buffer) :])
     assert summary == state[SUMMARY_KEY] == recorder.results[-1]
+    # One summarizer call per fold, each before a model call: every new summary was seen once.
+    shown = {split_view(received)[0] for received in chat.model.received} - {""}
+    assert len(recorder.calls) == len(shown) == len(set(recorder.results))
     assert len(chat.model.received) == len(chat.spy.requests) == 8 + sum(1 + i % 2 for i in range(8))
 
 
