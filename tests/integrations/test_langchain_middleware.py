@@ -339,6 +339,14 @@ def test_summary_message_can_be_another_message(recorder: Any, word_counter: Any
     assert last[1].content == f"Earlier: {recorder.results[-1]}"
 
 
+def test_summary_message_must_return_a_message(recorder: Any, word_counter: Any) -> None:
+    chat = Chat(RollingMemoryMiddleware(30, recorder, word_counter, summary_message=lambda s: s))
+    chat.turn(0)
+    long_question = HumanMessage(content="question 1: " + words(40, 1))  # over budget alone: a fold
+    with pytest.raises(TypeError, match="summary_message returned str; expected a BaseMessage"):
+        chat.agent.invoke({"messages": [long_question]}, chat.config)
+
+
 def test_newest_unit_stays_even_over_budget(recorder: Any, word_counter: Any) -> None:
     chat = Chat(RollingMemoryMiddleware(10, recorder, word_counter))
     chat.turn(0, calls=0, answer_words=30)

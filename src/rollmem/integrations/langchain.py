@@ -222,9 +222,12 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
     def summary_message(self, summary: str) -> _AnyMessage:
         """The message that carries a non-empty summary: ``summary_message(summary)`` when given,
         else ``SystemMessage(summary)``."""
-        if self._summary_message is not None:
-            return self._summary_message(summary)
-        return SystemMessage(content=summary)
+        if self._summary_message is None:
+            return SystemMessage(content=summary)
+        message = self._summary_message(summary)
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"summary_message returned {v.type_name(message)}; expected a BaseMessage")
+        return message
 
     def model_messages(self, request: _Request) -> list[_AnyMessage]:
         """The messages the model receives after the system prompt: the summary message, then the
