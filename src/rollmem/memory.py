@@ -575,7 +575,8 @@ class _SyncMemory(_Memory):
             new_summary: object = fold.summary
             if summarize is not None:
                 try:
-                    new_summary = summarize(fold.summary, fold.plan.messages)
+                    # a fresh list: a callback that changes what it is given cannot reach the ledger
+                    new_summary = summarize(fold.summary, list(fold.plan.messages))
                     if type(new_summary) is not str and inspect.isawaitable(new_summary):
                         raise _awaitable_result(new_summary, self._async_twin)
                 except BaseException as exc:
@@ -583,7 +584,7 @@ class _SyncMemory(_Memory):
                     raise
             count = self._finish_fold(fold, new_summary)
             if count > 0 and self._on_evict is not None:
-                self._on_evict(fold.plan.messages)
+                self._on_evict(list(fold.plan.messages))
             return count
 
     def _replay(self, entries: Iterable[tuple[Any, ...]]) -> None:
@@ -772,7 +773,7 @@ class _AsyncMemory(_Memory):
                 new_summary: object = fold.summary
                 if summarize is not None:
                     try:
-                        new_summary = summarize(fold.summary, fold.plan.messages)
+                        new_summary = summarize(fold.summary, list(fold.plan.messages))
                         if inspect.isawaitable(new_summary):
                             new_summary = await new_summary
                     except BaseException as exc:
@@ -780,7 +781,7 @@ class _AsyncMemory(_Memory):
                         raise
                 count = self._finish_fold(fold, new_summary)
                 if count > 0 and self._on_evict is not None:
-                    outcome = self._on_evict(fold.plan.messages)
+                    outcome = self._on_evict(list(fold.plan.messages))
                     if inspect.isawaitable(outcome):
                         await outcome
                 return count
