@@ -9,13 +9,15 @@ added is, at all times, in the buffer, or in exactly one committed eviction, or 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollmem import AsyncRollingMemory, RollingMemory, WindowMemory
+from rollmem import AsyncRollingMemory, AsyncSummaryMemory, RollingMemory, SummaryMemory, WindowMemory
 from rollmem.message import Message, ToolCall
 
 TIMEOUT = 10.0
@@ -191,3 +193,243 @@ def test_a_hook_that_clears_its_batch_changes_nothing_else() -> None:
         memory.add_user_message(text)
     assert [m.content for m in memory.buffer] == ["d", "e"]
     assert memory.stats().messages_dropped == 3
+
+
+# -- re-entry: every callback calls every method; it works or raises RuntimeError at once ----------
+
+
+def pin_if_there(memory: Any, message_id: str) -> None:
+    if any(m.id == message_id for m in memory.buffer):
+        memory.pin(message_id)
+
+
+def refused(reenter: Reenter, error: RuntimeError) -> bool:
+    """Whether ``error`` is the memory refusing the re-entry (the only acceptable failure)."""
+    return reenter.outcome is error or "called back" in str(error)
+
+
+SYNC_CALLS: dict[str, Callable[[Any], Any]] = {
+    "add": lambda m: m.add_user_message("re entered", id="re"),
+    "extend": lambda m: m.extend([Message("user", "re extended")]),
+    "fold": lambda m: m.fold(0) if hasattr(m, "fold") else None,
+    "clear": lambda m: m.clear(),
+    "pin": lambda m: pin_if_there(m, "first"),
+    "stats": lambda m: m.stats(),
+    "get_messages": lambda m: m.get_messages(),
+    "to_dict": lambda m: m.to_dict(),
+    "set_summary": lambda m: setattr(m, "summary", "assigned"),
+    "set_buffer": lambda m: setattr(m, "buffer", list(m.buffer)[1:]),
+}
+
+
+class Reenter:
+    """A summarizer, hook and counter that each call ``method`` once, the first time they run."""
+
+    def __init__(self, where: str, method: str, run: Callable[[Any], Any]) -> None:
+        self.where = where
+        self.method = method
+        self.run = run
+        self.memory: Any = None
+        self.fired = False
+        self.outcome: Optional[BaseException] = None
+        self.result: Any = None
+
+    def fire(self, where: str) -> Any:
+        if where != self.where or self.fired or self.memory is None:
+            return None
+        self.fired = True
+        try:
+            self.result = self.run(self.memory)
+        except RuntimeError as error:  # the only acceptable refusal
+            self.outcome = error
+        return self.result
+
+    def summarize(self, summary: str, messages: Sequence[Message]) -> str:
+        self.fire("summarizer")
+        return summary + "".join(f"[{m.content}]" for m in messages)
+
+    def on_evict(self, messages: Sequence[Message]) -> None:
+        self.fire("hook")
+
+    def count(self, text: str) -> int:
+        self.fire("counter")
+        return len(text.split())
+
+
+def check_consistent(memory: Any) -> None:
+    stats = memory.stats()
+    assert stats.messages == len(memory.buffer)
+    if stats.buffer_tokens is not None:
+        assert stats.buffer_tokens == sum(len(m.token_text().split()) for m in memory.buffer)
+
+
+def sync_memories(r: Reenter) -> list[Any]:
+    return [
+        RollingMemory(4, r.summarize, r.count, on_evict=r.on_evict),
+        SummaryMemory(r.summarize, on_evict=r.on_evict),
+    ]
+
+
+def run_with_timeout(body: Callable[[], None]) -> None:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            body()
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(TIMEOUT)
+    assert not thread.is_alive(), "re-entry hung"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("method", sorted(SYNC_CALLS))
+@pytest.mark.parametrize("where", ["summarizer", "hook", "counter"])
+@pytest.mark.parametrize("kind", [0, 1])
+def test_sync_reentry_works_or_raises_runtime_error(where: str, method: str, kind: int) -> None:
+    reenter = Reenter(where, method, SYNC_CALLS[method])
+    memory = sync_memories(reenter)[kind]
+
+    def body() -> None:
+        memory.add_user_message("first message", id="first")
+        reenter.memory = memory
+        try:
+            for text in ("two words", "three more words", "and four more words"):
+                memory.add_user_message(text)
+        except RuntimeError as error:
+            if not refused(reenter, error):
+                raise
+        check_consistent(memory)
+        reenter.memory = None
+        memory.add_user_message("after")  # still usable
+        check_consistent(memory)
+        if isinstance(memory, RollingMemory):
+            assert memory.stats().buffer_tokens <= 4 or len(memory.buffer) == 1
+
+    run_with_timeout(body)
+    if where != "counter":  # a counter only runs while measuring: it may have nothing to measure
+        assert reenter.fired
+
+
+ASYNC_CALLS: dict[str, Callable[[Any], Any]] = {
+    **{name: call for name, call in SYNC_CALLS.items() if name not in ("add", "extend", "fold")},
+    "add": lambda m: m.add_user_message("re entered", id="re"),
+    "extend": lambda m: m.extend([Message("user", "re extended")]),
+    "fold": lambda m: m.fold(0),
+    "flush": lambda m: m.flush(),
+}
+
+
+class AsyncReenter(Reenter):
+    async def afire(self, where: str) -> None:
+        outcome = self.fire(where)
+        if asyncio.iscoroutine(outcome):
+            try:
+                await outcome
+            except RuntimeError as error:
+                self.outcome = error
+
+    async def asummarize(self, summary: str, messages: Sequence[Message]) -> str:
+        await self.afire("summarizer")
+        return summary + "".join(f"[{m.content}]" for m in messages)
+
+    async def aon_evict(self, messages: Sequence[Message]) -> None:
+        await self.afire("hook")
+
+    def count(self, text: str) -> int:
+        outcome = self.fire("counter")
+        if asyncio.iscoroutine(outcome):
+            outcome.close()  # a sync counter cannot await: calling the coroutine function is all it can do
+        return len(text.split())
+
+
+@pytest.mark.parametrize("method", sorted(ASYNC_CALLS))
+@pytest.mark.parametrize("where", ["summarizer", "hook", "counter"])
+@pytest.mark.parametrize("kind", ["rolling", "rolling-background", "summary"])
+def test_async_reentry_works_or_raises_runtime_error(where: str, method: str, kind: str) -> None:
+    reenter = AsyncReenter(where, method, ASYNC_CALLS[method])
+
+    async def main() -> None:
+        if kind == "summary":
+            memory: Any = AsyncSummaryMemory(reenter.asummarize, on_evict=reenter.aon_evict)
+        else:
+            memory = AsyncRollingMemory(
+                4,
+                reenter.asummarize,
+                reenter.count,
+                on_evict=reenter.aon_evict,
+                background=kind == "rolling-background",
+            )
+        await memory.add_user_message("first message", id="first")
+        reenter.memory = memory
+        try:
+            for text in ("two words", "three more words", "and four more words"):
+                await memory.add_user_message(text)
+            await memory.flush()
+        except RuntimeError as error:
+            if not refused(reenter, error):
+                raise
+        check_consistent(memory)
+        reenter.memory = None
+        await memory.add_user_message("after")
+        await memory.flush()
+        check_consistent(memory)
+        if kind != "summary":
+            assert memory.stats().buffer_tokens <= 4 or len(memory.buffer) == 1
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+    if where != "counter":
+        assert reenter.fired
+
+
+def test_the_issue_example_an_async_hook_that_folds_returns() -> None:
+    async def main() -> list[str]:
+        memory: Any = None
+
+        async def hook(messages: Sequence[Message]) -> None:
+            await memory.fold(keep_last=1)
+
+        memory = AsyncRollingMemory(max_tokens=3, summarize_fn=lambda s, ev: s + "x", on_evict=hook)
+        await memory.add_user_message("a b c")
+        await memory.add_user_message("d e f")
+        return [m.content for m in memory.buffer]
+
+    assert asyncio.run(asyncio.wait_for(main(), TIMEOUT)) == ["d e f"]
+
+
+def test_flush_from_a_hook_raises_at_once() -> None:
+    async def main() -> None:
+        memory: Any = None
+        seen: list[BaseException] = []
+
+        async def hook(messages: Sequence[Message]) -> None:
+            try:
+                await memory.flush()
+            except RuntimeError as error:
+                seen.append(error)
+
+        memory = AsyncRollingMemory(max_tokens=1, on_evict=hook, background=True)
+        await memory.add_user_message("a")
+        await memory.add_user_message("b")
+        await memory.flush()
+        assert len(seen) == 1
+        assert "wait for itself" in str(seen[0])
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+def test_a_counter_that_adds_raises_runtime_error_and_adds_nothing() -> None:
+    memory: Any = None
+
+    def counter(text: str) -> int:
+        memory.add_user_message("from the counter")
+        return 1
+
+    memory = RollingMemory(10, token_counter=counter)
+    with pytest.raises(RuntimeError, match="token_counter called back into the memory"):
+        memory.add_user_message("hello")
+    assert memory.buffer == []

@@ -143,6 +143,7 @@ class _Memory:
         )
         self._summary_tokens: tuple[str, int] = ("", 0)
         self._journal: Optional[list[tuple[Any, ...]]] = None
+        self._counting: set[int] = set()  # threads inside a token_counter call
 
     # -- public state -----------------------------------------------------------------------
 
@@ -196,7 +197,14 @@ class _Memory:
         counter = self._token_counter
         if counter is None:
             return self._cost(message)
-        cost = counter(message.token_text())
+        ident = threading.get_ident()
+        if ident in self._counting:  # the counter called back into this memory
+            raise RuntimeError(f"token_counter called back into the memory while measuring {where}")
+        self._counting.add(ident)
+        try:
+            cost = counter(message.token_text())
+        finally:
+            self._counting.discard(ident)
         if type(cost) is not int and (isinstance(cost, bool) or not isinstance(cost, int)):
             raise TypeError(f"token_counter returned {type(cost).__name__} for {where}; expected int")
         if cost < 0:
@@ -620,6 +628,19 @@ def _check_keep_last(keep_last: object) -> int:
     return keep_last
 
 
+class _NoLock:
+    """Stands for the fold lock when the task re-entering a fold already holds it."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
+
+
 class _AsyncMemory(_Memory):
     """Coroutine methods; safe for many tasks on one loop. Folds are serialized."""
 
@@ -725,6 +746,8 @@ class _AsyncMemory(_Memory):
 
     async def flush(self) -> None:
         """Wait for the folds in flight; re-raise the last background fold failure, once."""
+        if self._fold_owner is not None and self._fold_owner is asyncio.current_task():
+            raise RuntimeError("flush() called from a summarize_fn or on_evict: it would wait for itself")
         task = self._task
         if task is not None:
             await asyncio.wait((task,))
@@ -761,10 +784,11 @@ class _AsyncMemory(_Memory):
 
     async def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
         task = asyncio.current_task()
-        if self._fold_owner is task and self._ledger.in_flight:
-            return 0  # called back from inside this task's own fold: leave it to that fold
-        async with self._lock_for_loop():
-            self._fold_owner = task
+        reentered = self._fold_owner is task  # called back from a summarizer or hook of this task's fold
+        if reentered and self._ledger.in_flight:
+            return 0  # leave it to the fold in flight
+        async with _NO_LOCK if reentered else self._lock_for_loop():  # this task holds the lock already
+            owner, self._fold_owner = self._fold_owner, task
             try:
                 fold = self._begin_fold(plan_fn)
                 if fold is None:
@@ -786,7 +810,7 @@ class _AsyncMemory(_Memory):
                         await outcome
                 return count
             finally:
-                self._fold_owner = None
+                self._fold_owner = owner
 
     async def _areplay(self, entries: Iterable[tuple[Any, ...]]) -> None:
         """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
