@@ -659,7 +659,7 @@ class _AsyncMemory(_Memory):
         self._fold_lock_loop: Optional[asyncio.AbstractEventLoop] = None
         self._fold_owner: Optional[asyncio.Task[Any]] = None
         self._task: Optional[asyncio.Task[None]] = None
-        self._task_error: Optional[BaseException] = None
+        self._again = False  # an add found a background fold in flight
 
     async def add_message(
         self,
@@ -745,7 +745,13 @@ class _AsyncMemory(_Memory):
         return max(count, 0)
 
     async def flush(self) -> None:
-        """Wait for the folds in flight; re-raise the last background fold failure, once."""
+        """Wait for the folds in flight, then fold now whatever the policy still wants folded
+        (retrying a background fold that failed): on return the memory is within its policy.
+
+        Raises what ``summarize_fn`` (or ``on_evict``) raised if that last fold fails; nothing
+        changed then, and the next add or ``flush()`` retries. A background failure that a
+        later fold made good is not raised. Raises ``RuntimeError`` when called from a
+        ``summarize_fn`` or ``on_evict`` of this memory (it would wait for itself)."""
         if self._fold_owner is not None and self._fold_owner is asyncio.current_task():
             raise RuntimeError("flush() called from a summarize_fn or on_evict: it would wait for itself")
         task = self._task
@@ -753,9 +759,7 @@ class _AsyncMemory(_Memory):
             await asyncio.wait((task,))
         async with self._lock_for_loop():
             pass
-        error, self._task_error = self._task_error, None
-        if error is not None:
-            raise error
+        await self._fold_until_settled()
 
     async def _prune(self) -> None:
         if not self._needs_fold():
@@ -764,16 +768,22 @@ class _AsyncMemory(_Memory):
             await self._fold_until_settled()
         elif self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._fold_in_background())
+        else:
+            self._again = True  # if the fold in flight fails, this add gets an attempt of its own
 
     async def _fold_until_settled(self) -> None:
         while self._needs_fold() and await self._run(self._plan) != 0:
             pass  # a fold discarded by a change made meanwhile is planned again
 
     async def _fold_in_background(self) -> None:
-        try:
-            await self._fold_until_settled()
-        except Exception as exc:  # kept for flush(); retried on the next add
-            self._task_error = exc
+        again = True
+        while again:
+            self._again = False
+            try:
+                await self._fold_until_settled()
+                return
+            except Exception:  # retried by flush() and the next add
+                again = self._again  # something was added while the failed fold ran
 
     def _lock_for_loop(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
