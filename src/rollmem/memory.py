@@ -156,6 +156,7 @@ class _Memory:
     def summary(self, value: str) -> None:
         if not isinstance(value, str):
             raise TypeError(f"summary: expected str, got {type(value).__name__}")
+        v.check_text(value, "summary")
         with self._lock:
             self._summary = value
             self._generation += 1
@@ -169,6 +170,12 @@ class _Memory:
 
     @buffer.setter
     def buffer(self, messages: Iterable[Message]) -> None:
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise TypeError(f"buffer: expected an iterable of Message, got {type(messages).__name__}")
+        messages = list(messages)
+        for index, message in enumerate(messages):  # rejected now, not at the next add
+            if not isinstance(message, Message):
+                raise TypeError(f"buffer[{index}]: expected Message, got {type(message).__name__}")
         with self._lock:
             self._ledger.replace(messages)
             self._generation += 1
@@ -293,6 +300,13 @@ class _Memory:
             error = TypeError(f"summarize_fn returned {type(new_summary).__name__}; expected str")
             self._fail_fold(fold, error)
             raise error
+        if not new_summary.isascii():
+            try:
+                v.check_text(new_summary, "summary")
+            except InvalidStateError as error:
+                failure = ValueError(f"summarize_fn returned a summary that is {error.problem}")
+                self._fail_fold(fold, failure)
+                raise failure from None
         plan = fold.plan
         with self._lock:
             ledger = self._ledger
@@ -417,7 +431,7 @@ def parse_state(data: object) -> tuple[str, list[Message]]:
         raise InvalidStateError(
             "version", f"unsupported state version {version}; this rollmem reads versions 1 and 2"
         )
-    summary = v.get_str(data, "summary", "")
+    summary = v.check_text(v.get_str(data, "summary", ""), "summary")
     items = v.get_list(data, "buffer", "")
     messages = [message_from_dict(item, f"buffer[{index}]") for index, item in enumerate(items)]
     return summary, messages

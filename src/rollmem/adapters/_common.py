@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
 from ..message import ASSISTANT, TOOL, Message
+
+_T = TypeVar("_T")
+
+
+def within(path: str, read: Callable[..., _T], *args: Any) -> _T:
+    """``read(*args)`` for the item at ``path``: an error a :class:`Message` constructor raises
+    (text that is not valid Unicode) is reported under ``path`` (``items[3].content``)."""
+    try:
+        return read(*args)
+    except InvalidStateError as error:
+        raise v.nest(path, error) from None
+
 
 #: The metadata keys an adapter may carry: OpenAI/LangChain ``name``, Anthropic/LangChain tool errors.
 NAME = "name"

@@ -46,6 +46,7 @@ from ._common import (
     is_error,
     load_arguments,
     text_of_parts,
+    within,
 )
 
 __all__ = ["CONTINUATION", "from_anthropic", "to_anthropic"]
@@ -142,7 +143,8 @@ def from_anthropic(
     if text:
         result.append(Message(SYSTEM, text))
     for index, turn in enumerate(check_mappings(messages, "messages")):
-        _read_turn(turn, v.join("messages", index), result)
+        path = v.join("messages", index)
+        within(path, _read_turn, turn, path, result)
     return result
 
 

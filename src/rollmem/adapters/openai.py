@@ -25,7 +25,15 @@ from typing import Any
 from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
 from ..message import Message, ToolCall
-from ._common import carried_metadata, check_fields, check_mappings, check_messages, name_of, text_of_parts
+from ._common import (
+    carried_metadata,
+    check_fields,
+    check_mappings,
+    check_messages,
+    name_of,
+    text_of_parts,
+    within,
+)
 
 __all__ = ["from_openai", "to_openai"]
 
@@ -71,7 +79,10 @@ def from_openai(items: Iterable[Mapping[str, Any]]) -> list[Message]:
     ``items[3].tool_calls[0].function.name: expected str, got int``.
     """
     return [
-        _from_item(item, v.join("items", index)) for index, item in enumerate(check_mappings(items, "items"))
+        within(path, _from_item, item, path)
+        for path, item in (
+            (v.join("items", index), item) for index, item in enumerate(check_mappings(items, "items"))
+        )
     ]
 
 
