@@ -406,7 +406,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except UnicodeEncodeError as error:  # e.g. non-ASCII text on a stdout that only takes ASCII
         print(
-            f"rollmem {args.command}: cannot write the output as {error.encoding}: set PYTHONIOENCODING=utf-8",
+            f"rollmem {args.command}: cannot write the output as {error.encoding}: "
+            "set PYTHONIOENCODING=utf-8",
             file=sys.stderr,
         )
         return 2
