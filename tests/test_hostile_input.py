@@ -333,3 +333,40 @@ def test_nan_in_metadata_round_trips_through_a_session() -> None:
     score = saved.buffer[0].metadata["score"]
     assert score != score  # NaN
     assert saved.buffer[0].metadata["big"] == float("inf")
+
+
+# -- smaller ones --------------------------------------------------------------------------------
+
+
+def test_tool_calls_none_names_the_field() -> None:
+    memory = RollingMemory()
+    with pytest.raises(TypeError, match=r"^tool_calls: expected a sequence of ToolCall, got None$"):
+        memory.add_message("assistant", "x", tool_calls=None)  # type: ignore[arg-type]
+    assert memory.buffer == []
+
+
+def overhead_counter(text: str) -> int:
+    return len(text.split()) + 3  # like tiktoken_counter(overhead=3)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_summarizers_refuse_a_limit_the_counter_overhead_fills(limit: int) -> None:
+    from rollmem.summarizers import async_prompt_summarizer, extractive_summarizer, prompt_summarizer
+
+    with pytest.raises(ValueError, match=rf"^max_summary_tokens: {limit} leaves no room"):
+        extractive_summarizer(limit, overhead_counter)
+    with pytest.raises(ValueError, match="leaves no room"):
+        prompt_summarizer(lambda prompt: "x", max_summary_tokens=limit, token_counter=overhead_counter)
+    with pytest.raises(ValueError, match="leaves no room"):
+        async_prompt_summarizer(_complete, max_summary_tokens=limit, token_counter=overhead_counter)
+
+
+async def _complete(prompt: str) -> str:
+    return "x"
+
+
+def test_summarizers_accept_a_limit_just_above_the_overhead() -> None:
+    from rollmem.summarizers import extractive_summarizer
+
+    summarize = extractive_summarizer(4, overhead_counter)
+    assert summarize("", [Message("user", "hello there. more")]) == "user:"

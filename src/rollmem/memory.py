@@ -231,8 +231,6 @@ class _Memory:
         metadata: Optional[Mapping[str, Any]],
         pinned: bool,
     ) -> Message:
-        if type(tool_calls) is not tuple:
-            tool_calls = tuple(tool_calls)
         return Message(
             role, content, id, tool_calls, tool_call_id, NO_METADATA if metadata is None else metadata, pinned
         )
