@@ -529,34 +529,6 @@ def test_background_add_returns_before_the_fold(
     asyncio.run(main())
 
 
-def test_background_flush_reraises_the_failure_once(
-    char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
-) -> None:
-    async def main() -> None:
-        gated = make_async_gate()
-        gated.fail = True
-        gated.release.set()
-        mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter, background=True
-        )
-        await mem.add_user_message("a")
-        await mem.add_user_message("b")
-        with pytest.raises(RuntimeError, match="summarizer down"):
-            await mem.flush()
-        await mem.flush()
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert len(gated.calls) == 1  # not retried in a loop
-        assert contents(mem) == ["a", "b"]
-        gated.fail = False
-        await mem.add_user_message("c")  # retried on the next add
-        await mem.flush()
-        assert (mem.summary, contents(mem)) == ("a|b", ["c"])
-        assert len(gated.calls) == 2
-
-    asyncio.run(main())
-
-
 def test_background_clear_wins(
     char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
 ) -> None:

@@ -33,6 +33,7 @@ MACHINE_SETTINGS = settings(
     deadline=None,
     report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,  # the same examples on every run: a failure is reproducible, never flaky
 )
 
 # --- the reference model of the rules ----------------------------------------------------------------------
@@ -515,10 +516,8 @@ class AsyncNoLoss(NoLossMachine):
     @precondition(lambda self: self.mem is not None)
     @rule()
     def flush(self) -> None:
-        ok = self.attempt(self.mem.flush)
-        if self.background and ok and not self.dirty:
-            failures = self.rec.failures if self.rec is not None else 0
-            self.check_budget = failures == self.failures_at_add
+        if self.attempt(self.mem.flush):
+            self.check_budget = True  # a flush that returns leaves the memory within its budget
 
     def teardown(self) -> None:
         try:

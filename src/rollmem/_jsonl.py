@@ -28,6 +28,8 @@ def read_messages(lines: Iterable[str], source: str) -> list[Message]:
             item = json.loads(line)
         except json.JSONDecodeError as error:
             raise JsonlError(f"{where}: not valid JSON: {error.msg} (column {error.colno})") from None
+        except RecursionError:
+            raise JsonlError(f"{where}: not valid JSON: nested too deeply") from None
         try:
             (message,) = from_openai([item])
         except InvalidStateError as error:

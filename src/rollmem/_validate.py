@@ -78,3 +78,25 @@ def get_list(data: Mapping[str, Any], key: str, path: str, default: Any = _MISSI
 
 def get_mapping(data: Mapping[str, Any], key: str, path: str, default: Any = _MISSING) -> Mapping[str, Any]:
     return expect_mapping(_get(data, key, path, default), join(path, key))
+
+
+def check_text(value: str, path: str) -> str:
+    """``value`` when it is valid Unicode text; a lone surrogate (half of a UTF-16 pair, e.g. from
+    a string cut by UTF-16 length) raises :class:`InvalidStateError` (a ``ValueError``) naming
+    ``path`` and the index. O(1) for ASCII text."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidStateError(path, f"not valid Unicode (lone surrogate at index {error.start})") from None
+    return value
+
+
+def nest(path: str, error: InvalidStateError) -> InvalidStateError:
+    """``error`` with its path put under ``path`` (``"content"`` under ``"buffer[3]"`` is
+    ``"buffer[3].content"``), unless it already names a field there."""
+    inner = error.path
+    if not path or inner == path or inner.startswith((path + ".", path + "[")):
+        return error
+    return type(error)(f"{path}.{inner}" if inner else path, error.problem)

@@ -80,8 +80,8 @@ def _counter(spec: str) -> TokenCounter:
 
 def _read_text(path: str) -> str:
     try:
-        if path == "-":
-            return sys.stdin.read()
+        if path == "-":  # bytes, decoded here: the locale's decoding would hide invalid UTF-8
+            return sys.stdin.buffer.read().decode("utf-8")
         with open(path, encoding="utf-8") as file:
             return file.read()
     except (OSError, UnicodeDecodeError) as error:
@@ -309,6 +309,8 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise _Fail(f"{args.state}: not valid JSON: {error}") from None
+    except RecursionError:
+        raise _Fail(f"{args.state}: not valid JSON: nested too deeply") from None
     try:
         memory = BufferMemory.from_dict(data)  # keeps everything: loading never folds nor drops
     except InvalidStateError as error:
@@ -451,6 +453,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except _Fail as error:
         print(f"rollmem {args.command}: {error}", file=sys.stderr)
         return error.status
+    except UnicodeEncodeError as error:  # e.g. non-ASCII text on a stdout that only takes ASCII
+        print(
+            f"rollmem {args.command}: cannot write the output as {error.encoding}: "
+            "set PYTHONIOENCODING=utf-8",
+            file=sys.stderr,
+        )
+        return 2
     except BrokenPipeError:  # e.g. `rollmem demo | head`: stop quietly
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -143,6 +143,7 @@ class _Memory:
         )
         self._summary_tokens: tuple[str, int] = ("", 0)
         self._journal: Optional[list[tuple[Any, ...]]] = None
+        self._counting: set[int] = set()  # threads inside a token_counter call
 
     # -- public state -----------------------------------------------------------------------
 
@@ -155,6 +156,7 @@ class _Memory:
     def summary(self, value: str) -> None:
         if not isinstance(value, str):
             raise TypeError(f"summary: expected str, got {type(value).__name__}")
+        v.check_text(value, "summary")
         with self._lock:
             self._summary = value
             self._generation += 1
@@ -168,6 +170,12 @@ class _Memory:
 
     @buffer.setter
     def buffer(self, messages: Iterable[Message]) -> None:
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            raise TypeError(f"buffer: expected an iterable of Message, got {type(messages).__name__}")
+        messages = list(messages)
+        for index, message in enumerate(messages):  # rejected now, not at the next add
+            if not isinstance(message, Message):
+                raise TypeError(f"buffer[{index}]: expected Message, got {type(message).__name__}")
         with self._lock:
             self._ledger.replace(messages)
             self._generation += 1
@@ -196,7 +204,14 @@ class _Memory:
         counter = self._token_counter
         if counter is None:
             return self._cost(message)
-        cost = counter(message.token_text())
+        ident = threading.get_ident()
+        if ident in self._counting:  # the counter called back into this memory
+            raise RuntimeError(f"token_counter called back into the memory while measuring {where}")
+        self._counting.add(ident)
+        try:
+            cost = counter(message.token_text())
+        finally:
+            self._counting.discard(ident)
         if type(cost) is not int and (isinstance(cost, bool) or not isinstance(cost, int)):
             raise TypeError(f"token_counter returned {type(cost).__name__} for {where}; expected int")
         if cost < 0:
@@ -216,8 +231,6 @@ class _Memory:
         metadata: Optional[Mapping[str, Any]],
         pinned: bool,
     ) -> Message:
-        if type(tool_calls) is not tuple:
-            tool_calls = tuple(tool_calls)
         return Message(
             role, content, id, tool_calls, tool_call_id, NO_METADATA if metadata is None else metadata, pinned
         )
@@ -285,6 +298,13 @@ class _Memory:
             error = TypeError(f"summarize_fn returned {type(new_summary).__name__}; expected str")
             self._fail_fold(fold, error)
             raise error
+        if not new_summary.isascii():
+            try:
+                v.check_text(new_summary, "summary")
+            except InvalidStateError as error:
+                failure = ValueError(f"summarize_fn returned a summary that is {error.problem}")
+                self._fail_fold(fold, failure)
+                raise failure from None
         plan = fold.plan
         with self._lock:
             ledger = self._ledger
@@ -409,7 +429,7 @@ def parse_state(data: object) -> tuple[str, list[Message]]:
         raise InvalidStateError(
             "version", f"unsupported state version {version}; this rollmem reads versions 1 and 2"
         )
-    summary = v.get_str(data, "summary", "")
+    summary = v.check_text(v.get_str(data, "summary", ""), "summary")
     items = v.get_list(data, "buffer", "")
     messages = [message_from_dict(item, f"buffer[{index}]") for index, item in enumerate(items)]
     return summary, messages
@@ -575,7 +595,8 @@ class _SyncMemory(_Memory):
             new_summary: object = fold.summary
             if summarize is not None:
                 try:
-                    new_summary = summarize(fold.summary, fold.plan.messages)
+                    # a fresh list: a callback that changes what it is given cannot reach the ledger
+                    new_summary = summarize(fold.summary, list(fold.plan.messages))
                     if type(new_summary) is not str and inspect.isawaitable(new_summary):
                         raise _awaitable_result(new_summary, self._async_twin)
                 except BaseException as exc:
@@ -583,7 +604,7 @@ class _SyncMemory(_Memory):
                     raise
             count = self._finish_fold(fold, new_summary)
             if count > 0 and self._on_evict is not None:
-                self._on_evict(fold.plan.messages)
+                self._on_evict(list(fold.plan.messages))
             return count
 
     def _replay(self, entries: Iterable[tuple[Any, ...]]) -> None:
@@ -619,6 +640,19 @@ def _check_keep_last(keep_last: object) -> int:
     return keep_last
 
 
+class _NoLock:
+    """Stands for the fold lock when the task re-entering a fold already holds it."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
+
+
 class _AsyncMemory(_Memory):
     """Coroutine methods; safe for many tasks on one loop. Folds are serialized."""
 
@@ -637,7 +671,7 @@ class _AsyncMemory(_Memory):
         self._fold_lock_loop: Optional[asyncio.AbstractEventLoop] = None
         self._fold_owner: Optional[asyncio.Task[Any]] = None
         self._task: Optional[asyncio.Task[None]] = None
-        self._task_error: Optional[BaseException] = None
+        self._again = False  # an add found a background fold in flight
 
     async def add_message(
         self,
@@ -723,15 +757,21 @@ class _AsyncMemory(_Memory):
         return max(count, 0)
 
     async def flush(self) -> None:
-        """Wait for the folds in flight; re-raise the last background fold failure, once."""
+        """Wait for the folds in flight, then fold now whatever the policy still wants folded
+        (retrying a background fold that failed): on return the memory is within its policy.
+
+        Raises what ``summarize_fn`` (or ``on_evict``) raised if that last fold fails; nothing
+        changed then, and the next add or ``flush()`` retries. A background failure that a
+        later fold made good is not raised. Raises ``RuntimeError`` when called from a
+        ``summarize_fn`` or ``on_evict`` of this memory (it would wait for itself)."""
+        if self._fold_owner is not None and self._fold_owner is asyncio.current_task():
+            raise RuntimeError("flush() called from a summarize_fn or on_evict: it would wait for itself")
         task = self._task
         if task is not None:
             await asyncio.wait((task,))
         async with self._lock_for_loop():
             pass
-        error, self._task_error = self._task_error, None
-        if error is not None:
-            raise error
+        await self._fold_until_settled()
 
     async def _prune(self) -> None:
         if not self._needs_fold():
@@ -740,16 +780,22 @@ class _AsyncMemory(_Memory):
             await self._fold_until_settled()
         elif self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._fold_in_background())
+        else:
+            self._again = True  # if the fold in flight fails, this add gets an attempt of its own
 
     async def _fold_until_settled(self) -> None:
         while self._needs_fold() and await self._run(self._plan) != 0:
             pass  # a fold discarded by a change made meanwhile is planned again
 
     async def _fold_in_background(self) -> None:
-        try:
-            await self._fold_until_settled()
-        except Exception as exc:  # kept for flush(); retried on the next add
-            self._task_error = exc
+        again = True
+        while again:
+            self._again = False
+            try:
+                await self._fold_until_settled()
+                return
+            except Exception:  # retried by flush() and the next add
+                again = self._again  # something was added while the failed fold ran
 
     def _lock_for_loop(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
@@ -760,10 +806,11 @@ class _AsyncMemory(_Memory):
 
     async def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
         task = asyncio.current_task()
-        if self._fold_owner is task and self._ledger.in_flight:
-            return 0  # called back from inside this task's own fold: leave it to that fold
-        async with self._lock_for_loop():
-            self._fold_owner = task
+        reentered = self._fold_owner is task  # called back from a summarizer or hook of this task's fold
+        if reentered and self._ledger.in_flight:
+            return 0  # leave it to the fold in flight
+        async with _NO_LOCK if reentered else self._lock_for_loop():  # this task holds the lock already
+            owner, self._fold_owner = self._fold_owner, task
             try:
                 fold = self._begin_fold(plan_fn)
                 if fold is None:
@@ -772,7 +819,7 @@ class _AsyncMemory(_Memory):
                 new_summary: object = fold.summary
                 if summarize is not None:
                     try:
-                        new_summary = summarize(fold.summary, fold.plan.messages)
+                        new_summary = summarize(fold.summary, list(fold.plan.messages))
                         if inspect.isawaitable(new_summary):
                             new_summary = await new_summary
                     except BaseException as exc:
@@ -780,12 +827,12 @@ class _AsyncMemory(_Memory):
                         raise
                 count = self._finish_fold(fold, new_summary)
                 if count > 0 and self._on_evict is not None:
-                    outcome = self._on_evict(fold.plan.messages)
+                    outcome = self._on_evict(list(fold.plan.messages))
                     if inspect.isawaitable(outcome):
                         await outcome
                 return count
             finally:
-                self._fold_owner = None
+                self._fold_owner = owner
 
     async def _areplay(self, entries: Iterable[tuple[Any, ...]]) -> None:
         """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""

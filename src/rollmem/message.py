@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Optional
 
 from . import _validate as v
-from .errors import StateTypeError
+from .errors import InvalidStateError, StateTypeError
 
 __all__ = ["ASSISTANT", "SYSTEM", "TOOL", "USER", "Message", "ToolCall"]
 
@@ -32,6 +32,49 @@ class _FrozenDict(dict):  # type: ignore[type-arg]
         return (_FrozenDict, (dict(self),))
 
 
+class _FrozenList(list):  # type: ignore[type-arg]
+    """A list that refuses changes: what a list inside a message's metadata becomes."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("Message.metadata is read-only; build a new Message instead")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_FrozenList, (list(self),))
+
+
+def _freeze(value: Any, path: str) -> Any:
+    """A read-only copy of a metadata value, all the way down; text is checked as it goes."""
+    if isinstance(value, str):
+        return v.check_text(value, path)
+    if isinstance(value, Mapping):
+        frozen = {}
+        for key, item in value.items():
+            if isinstance(key, str):
+                v.check_text(key, path)
+            frozen[key] = _freeze(item, f"{path}.{key}")
+        return _FrozenDict(frozen)
+    if isinstance(value, (list, tuple)):
+        items = [_freeze(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        return _FrozenList(items) if isinstance(value, list) else tuple(items)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_freeze(item, path) for item in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    """A plain, independent copy of a frozen metadata value (dicts and lists)."""
+    if isinstance(value, dict):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_thaw(item) for item in value]
+    return value
+
+
 NO_METADATA: Mapping[str, Any] = _FrozenDict()
 """The shared empty ``Message.metadata``."""
 
@@ -53,6 +96,8 @@ class ToolCall:
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise _type_error(f"ToolCall.{name}", "str", value)
+            if not value.isascii():
+                v.check_text(value, f"ToolCall.{name}")
 
     def to_dict(self) -> dict[str, str]:
         """``{"id": ..., "name": ..., "arguments": ...}``: always all three keys."""
@@ -102,6 +147,14 @@ class Message:
             raise _type_error("tool_call_id", "str or None", tool_call_id)
         if pinned is not False and pinned is not True:
             raise _type_error("pinned", "bool", pinned)
+        if not content.isascii():  # text must be valid Unicode: it is stored, sent and saved as UTF-8
+            v.check_text(content, "content")
+        if not role.isascii():
+            v.check_text(role, "role")
+        if id is not None and not id.isascii():
+            v.check_text(id, "id")
+        if tool_call_id is not None and not tool_call_id.isascii():
+            v.check_text(tool_call_id, "tool_call_id")
         if type(tool_calls) is not tuple or tool_calls:
             tool_calls = _tool_calls(tool_calls)
         if metadata is not NO_METADATA:
@@ -143,7 +196,7 @@ class Message:
         if self.tool_call_id is not None:
             data["tool_call_id"] = self.tool_call_id
         if self.metadata:
-            data["metadata"] = dict(self.metadata)
+            data["metadata"] = _thaw(self.metadata)  # a plain copy: changing it changes no message
         if self.pinned:
             data["pinned"] = True
         return data
@@ -173,15 +226,19 @@ def _metadata(meta: object) -> Mapping[str, Any]:
     for key in meta:
         if not isinstance(key, str):
             raise _type_error("metadata key", "str", key)
-    return _FrozenDict(meta)
+    try:
+        frozen: Mapping[str, Any] = _freeze(meta, "metadata")
+    except RecursionError:
+        raise InvalidStateError("metadata", "nested too deeply") from None
+    return frozen
 
 
 def _tool_call_from_dict(data: object, path: str) -> ToolCall:
     data = v.expect_mapping(data, path)
     return ToolCall(
-        v.get_str(data, "id", path),
-        v.get_str(data, "name", path),
-        v.get_str(data, "arguments", path, ""),
+        v.check_text(v.get_str(data, "id", path), v.join(path, "id")),
+        v.check_text(v.get_str(data, "name", path), v.join(path, "name")),
+        v.check_text(v.get_str(data, "arguments", path, ""), v.join(path, "arguments")),
     )
 
 
@@ -197,12 +254,16 @@ def message_from_dict(data: object, path: str) -> Message:
     for key in meta:
         if not isinstance(key, str):
             raise StateTypeError(v.join(path, "metadata"), f"expected str keys, got {v.type_name(key)}")
-    return Message(
-        role=v.get_str(data, "role", path),
-        content=v.get_str(data, "content", path),
-        id=v.get_optional_str(data, "id", path),
-        tool_calls=calls,
-        tool_call_id=v.get_optional_str(data, "tool_call_id", path),
-        metadata=meta,
-        pinned=v.get_bool(data, "pinned", path, False),
-    )
+    fields: dict[str, Any] = {
+        "role": v.get_str(data, "role", path),
+        "content": v.get_str(data, "content", path),
+        "id": v.get_optional_str(data, "id", path),
+        "tool_calls": calls,
+        "tool_call_id": v.get_optional_str(data, "tool_call_id", path),
+        "metadata": meta,
+        "pinned": v.get_bool(data, "pinned", path, False),
+    }
+    try:
+        return Message(**fields)
+    except InvalidStateError as error:  # text that is not valid Unicode, metadata nested too deeply
+        raise v.nest(path, error) from None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Generator, Iterable, Iterator
@@ -25,6 +26,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
+from . import _validate as v
 from .errors import ConflictError, InvalidStateError
 from .memory import parse_state
 from .message import Message
@@ -106,6 +108,8 @@ def _named(session_id: str, error: InvalidStateError) -> InvalidStateError:
 def _parse(session_id: str, text: str) -> tuple[str, list[Message]]:
     try:
         data = json.loads(text)
+    except RecursionError as exc:
+        raise _named(session_id, InvalidStateError("", "stored state is nested too deeply")) from exc
     except ValueError as exc:
         raise _named(session_id, InvalidStateError("", f"stored state is not valid JSON: {exc}")) from exc
     try:
@@ -193,7 +197,7 @@ def _check_session_id(session_id: object) -> str:
         raise TypeError(f"session_id: expected str, got {type(session_id).__name__}")
     if not session_id:
         raise ValueError("session_id must not be empty")
-    return session_id
+    return v.check_text(session_id, "session_id")
 
 
 def _check_options(ttl: object, max_retries: object, cache_size: object) -> None:
@@ -201,6 +205,8 @@ def _check_options(ttl: object, max_retries: object, cache_size: object) -> None
         raise TypeError(f"ttl: expected a number of seconds or None, got {type(ttl).__name__}")
     if ttl is not None and not ttl > 0:
         raise ValueError(f"ttl must be > 0 seconds, got {ttl}")
+    if ttl is not None and not ttl < sys.float_info.max:  # inf, or an int no store can keep
+        raise ValueError(f"ttl must be a finite number of seconds, got {ttl!r:.40}")
     for name, value in (("max_retries", max_retries), ("cache_size", cache_size)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name}: expected int, got {type(value).__name__}")

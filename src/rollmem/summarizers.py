@@ -208,14 +208,25 @@ class _Prompting:
         return _bound(shorter or result, self.limit, self.counter)
 
 
+def _check_room(limit: int, counter: TokenCounter) -> None:
+    """Refuse a limit the counter's fixed cost (``overhead``) leaves no room in: every summary
+    would come out ``""``, wiping what was there."""
+    smallest = counter("a")
+    if smallest > limit:
+        raise ValueError(
+            f"max_summary_tokens: {limit} leaves no room for any text; token_counter counts "
+            f"{smallest} tokens for the one-character text 'a' (its per-message overhead?)"
+        )
+
+
 def _prompting(
     template: str, max_summary_tokens: Optional[int], token_counter: Optional[TokenCounter]
 ) -> _Prompting:
-    return _Prompting(
-        _check_template(template),
-        None if max_summary_tokens is None else _check_limit(max_summary_tokens),
-        _check_counter(token_counter),
-    )
+    limit = None if max_summary_tokens is None else _check_limit(max_summary_tokens)
+    counter = _check_counter(token_counter)
+    if limit is not None:
+        _check_room(limit, counter)
+    return _Prompting(_check_template(template), limit, counter)
 
 
 def prompt_summarizer(
@@ -315,6 +326,7 @@ def extractive_summarizer(
     """
     limit = _check_limit(max_summary_tokens)
     counter = _check_counter(token_counter)
+    _check_room(limit, counter)
 
     def summarize(summary: str, messages: Sequence[Message]) -> str:
         lines = [summary.strip()] if summary.strip() else []

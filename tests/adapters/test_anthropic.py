@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import from_anthropic, to_anthropic
+from rollmem.adapters._common import pair_tool_results
 from rollmem.adapters.anthropic import CONTINUATION
 
 # A Messages API request in the published shape: a tool-use exchange.
@@ -204,23 +205,37 @@ def test_system_may_be_text_blocks() -> None:
     ("messages", "error", "message"),
     [
         (
-            [Message("user", "q"), Message("assistant", "", tool_calls=(ToolCall("t", "f", "{oops"),))],
+            [
+                Message("user", "q"),
+                Message("assistant", "", tool_calls=(ToolCall("t", "f", "{oops"),)),
+                Message("tool", "r", tool_call_id="t"),
+            ],
             ValueError,
             "messages[1].tool_calls[0].arguments: expected a JSON object, got invalid JSON "
             "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
         ),
         (
-            [Message("assistant", "", tool_calls=(ToolCall("t", "f", "{}"), ToolCall("u", "g", "[1, 2]")))],
+            [
+                Message("assistant", "", tool_calls=(ToolCall("t", "f", "{}"), ToolCall("u", "g", "[1, 2]"))),
+                Message("tool", "r", tool_call_id="t"),
+                Message("tool", "r", tool_call_id="u"),
+            ],
             ValueError,
             "messages[0].tool_calls[1].arguments: expected a JSON object, got a JSON array",
         ),
         (
-            [Message("assistant", "", tool_calls=(ToolCall("t", "f", "null"),))],
+            [
+                Message("assistant", "", tool_calls=(ToolCall("t", "f", "null"),)),
+                Message("tool", "r", tool_call_id="t"),
+            ],
             ValueError,
             "messages[0].tool_calls[0].arguments: expected a JSON object, got a JSON null",
         ),
         (
-            [Message("assistant", "", tool_calls=(ToolCall("t", "f", '"x"'),))],
+            [
+                Message("assistant", "", tool_calls=(ToolCall("t", "f", '"x"'),)),
+                Message("tool", "r", tool_call_id="t"),
+            ],
             ValueError,
             "messages[0].tool_calls[0].arguments: expected a JSON object, got a JSON string",
         ),
@@ -390,7 +405,9 @@ def test_from_anthropic_errors_name_the_field(
 
 # Round trips. Arguments are compact JSON objects (what from_anthropic writes).
 _text, _nonempty = TEXT, NONEMPTY
-_calls = st.lists(st.builds(ToolCall, _nonempty, _nonempty, compact_objects()), max_size=3).map(tuple)
+_calls = st.lists(
+    st.builds(ToolCall, _nonempty, _nonempty, compact_objects()), max_size=3, unique_by=lambda call: call.id
+).map(tuple)
 
 
 @st.composite
@@ -399,23 +416,24 @@ def _canonical(draw: st.DrawFn) -> list[Message]:
     messages = [Message("system", draw(_nonempty))] if draw(st.booleans()) else []
     previous = None
     for _ in range(draw(st.integers(0, 8))):
-        roles = ["user", "tool"] if previous is None else ["user", "tool", "assistant"]
-        role = draw(st.sampled_from(roles))
+        role = draw(st.sampled_from(["user"] if previous is None else ["user", "assistant"]))
         if role == "user":
-            message = Message("user", draw(_nonempty))
-        elif role == "tool":
-            error = draw(st.booleans())
-            message = Message(
-                "tool",
-                draw(_text),
-                tool_call_id=draw(_nonempty),
-                metadata={"is_error": True} if error else {},
-            )
-        else:
+            messages.append(Message("user", draw(_nonempty)))
+        else:  # an assistant message, then one result per call (unpaired ones are sent as text)
             calls = draw(_calls)
             text = draw(_nonempty if previous == "assistant" or not calls else _text)
-            message = Message("assistant", text, tool_calls=calls)
-        messages.append(message)
+            messages.append(Message("assistant", text, tool_calls=calls))
+            for call in calls:
+                error = draw(st.booleans())
+                messages.append(
+                    Message(
+                        "tool",
+                        draw(_text),
+                        tool_call_id=call.id,
+                        metadata={"is_error": True} if error else {},
+                    )
+                )
+            role = "tool" if calls else role
         previous = role
     return messages
 
@@ -438,6 +456,7 @@ _any_message = st.one_of(
 @given(st.lists(_any_message, max_size=10))
 def test_every_request_alternates_and_starts_with_a_user_turn(messages: list[Message]) -> None:
     system, turns = to_anthropic(messages)
+    messages = pair_tool_results(messages, skip_system=True)  # what is sent: unpaired calls/results as text
     assert system == "\n\n".join(m.content for m in messages if m.role == "system" and m.content)
     assert [turn["role"] for turn in turns] == ["user", "assistant"] * (len(turns) // 2) + ["user"] * (
         len(turns) % 2

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -105,7 +106,10 @@ def test_text_parts_are_joined_with_newlines() -> None:
 
 def test_empty_content_is_null_only_beside_tool_calls() -> None:
     call = ToolCall("c1", "f", "{}")
-    assert to_openai([Message("assistant", ""), Message("assistant", "", tool_calls=(call,))]) == [
+    result = Message("tool", "r", tool_call_id="c1")
+    assert to_openai([Message("assistant", ""), Message("assistant", "", tool_calls=(call,)), result])[
+        :2
+    ] == [
         {"role": "assistant", "content": ""},
         {
             "role": "assistant",
@@ -113,7 +117,7 @@ def test_empty_content_is_null_only_beside_tool_calls() -> None:
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
         },
     ]
-    with_text = to_openai([Message("assistant", "Let me look.", tool_calls=(call,))])
+    with_text = to_openai([Message("assistant", "Let me look.", tool_calls=(call,)), result])
     assert with_text[0]["content"] == "Let me look."
 
 
@@ -276,7 +280,31 @@ def _openai_messages(draw: st.DrawFn) -> Message:
     )
 
 
-@given(st.lists(_openai_messages(), max_size=8))
+_unique_calls = st.lists(st.builds(ToolCall, _text, _text, _text), max_size=3, unique_by=lambda c: c.id).map(
+    tuple
+)
+
+
+@st.composite
+def _paired_conversation(draw: st.DrawFn) -> list[Message]:
+    """Messages whose tool calls are each answered right after their assistant message (an unpaired
+    call or result is sent as text: see test_orphan_results)."""
+    messages: list[Message] = []
+    for _ in range(draw(st.integers(0, 8))):
+        message = draw(_openai_messages())
+        if message.role == "tool":
+            message = replace(message, tool_call_id=None)
+        if message.role == "assistant":
+            message = replace(message, tool_calls=draw(_unique_calls))
+        messages.append(message)
+        messages.extend(
+            Message("tool", draw(_text), tool_call_id=call.id, metadata=draw(_names))
+            for call in message.tool_calls
+        )
+    return messages
+
+
+@given(_paired_conversation())
 def test_round_trip_through_json(messages: list[Message]) -> None:
     wire = json.dumps(to_openai(messages))
     assert from_openai(json.loads(wire)) == messages

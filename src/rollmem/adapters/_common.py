@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Optional
+from dataclasses import replace
+from typing import Any, Callable, Optional, TypeVar
 
 from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
-from ..message import ASSISTANT, TOOL, Message
+from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+
+_T = TypeVar("_T")
+
+
+def within(path: str, read: Callable[..., _T], *args: Any) -> _T:
+    """``read(*args)`` for the item at ``path``: an error a :class:`Message` constructor raises
+    (text that is not valid Unicode) is reported under ``path`` (``items[3].content``)."""
+    try:
+        return read(*args)
+    except InvalidStateError as error:
+        raise v.nest(path, error) from None
+
 
 #: The metadata keys an adapter may carry: OpenAI/LangChain ``name``, Anthropic/LangChain tool errors.
 NAME = "name"
@@ -130,3 +143,57 @@ def try_load_arguments(arguments: str) -> Optional[dict[str, Any]]:
         return load_arguments(arguments, "")
     except InvalidStateError:
         return None
+
+
+def orphan_result_text(message: Message) -> str:
+    """The user text an unpaired tool result is sent as: ``[result of tool call c1] 18C``."""
+    kind = "error from" if is_error(message) else "result of"
+    return f"[{kind} tool call {message.tool_call_id}] {message.content}"
+
+
+def unpaired_call_text(call: ToolCall) -> str:
+    """The assistant text an unanswered tool call is sent as: ``[tool call c1: f({}), no result]``."""
+    return f"[tool call {call.id}: {call.name}({call.arguments}), no result]"
+
+
+def pair_tool_results(messages: list[Message], *, skip_system: bool = False) -> list[Message]:
+    """``messages`` as every provider accepts them: a tool result stays a result only when it
+    directly follows the assistant message with its call (after other results of that message;
+    with ``skip_system``, system messages in between do not count); each call stays a call only
+    when it has such a result. An unpaired result becomes a user message
+    (:func:`orphan_result_text`), an unpaired call text appended to its assistant message
+    (:func:`unpaired_call_text`): nothing is dropped. Returns the list itself when all pair up."""
+    paired: set[int] = set()  # indexes of the tool messages that stay results
+    answered: set[tuple[int, str]] = set()  # (index of the assistant message, call id)
+    caller = -1
+    open_ids: set[str] = set()
+    for index, message in enumerate(messages):
+        if message.role == TOOL and message.tool_call_id is not None:
+            if message.tool_call_id in open_ids:
+                open_ids.discard(message.tool_call_id)  # a second result for the same call is unpaired
+                paired.add(index)
+                answered.add((caller, message.tool_call_id))
+            continue
+        if skip_system and message.role == SYSTEM:
+            continue
+        caller = index
+        open_ids = {call.id for call in message.tool_calls} if message.role == ASSISTANT else set()
+    calls = sum(len(m.tool_calls) for m in messages if m.role == ASSISTANT)
+    results = sum(1 for m in messages if m.role == TOOL and m.tool_call_id is not None)
+    if len(paired) == results and len(answered) == calls:
+        return messages
+    repaired: list[Message] = []
+    for index, message in enumerate(messages):
+        if message.role == TOOL and message.tool_call_id is not None and index not in paired:
+            repaired.append(Message(USER, orphan_result_text(message), id=message.id))
+        elif message.role == ASSISTANT and message.tool_calls:
+            kept = tuple(call for call in message.tool_calls if (index, call.id) in answered)
+            if len(kept) == len(message.tool_calls):
+                repaired.append(message)
+                continue
+            texts = [message.content] if message.content else []
+            texts.extend(unpaired_call_text(call) for call in message.tool_calls if call not in kept)
+            repaired.append(replace(message, content="\n".join(texts), tool_calls=kept))
+        else:
+            repaired.append(message)
+    return repaired

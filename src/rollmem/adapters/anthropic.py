@@ -12,6 +12,13 @@
   ``"is_error": True`` when ``metadata["is_error"] is True``) in a user turn;
 - consecutive turns of the same role are merged into one turn (a turn that is a single text block
   is sent as a plain string, otherwise as a list of blocks), so roles alternate;
+- unpaired tool calls and results (the API rejects them) are sent as text: a result is a
+  ``tool_result`` only when it directly follows the assistant message with its call (after other
+  results of that message; system messages between do not count), and a call is a ``tool_use``
+  only when it has such a result. Otherwise the result becomes a user text ``[result of tool call
+  ID] CONTENT`` and the call a line ``[tool call ID: NAME(ARGUMENTS), no result]`` appended to
+  its assistant message's text: nothing is dropped, and a user turn never has text before its
+  ``tool_result`` blocks;
 - when the first turn would be an assistant turn (a buffer that starts mid-conversation), a user
   turn :data:`CONTINUATION` is inserted before it, because the API requires a user turn first.
 
@@ -21,13 +28,14 @@ tool message; in an assistant turn, each ``text`` block starts an assistant mess
 ``tool_use`` blocks after it become its tool calls (``arguments`` = compact JSON of ``input``).
 
 Exact round trips, ``from_anthropic(*to_anthropic(messages)) == messages``, hold when: at most one
-system message, first, non-empty; the first other message is a user or tool message; roles are
-only user/assistant/system/tool; every user or assistant message has non-empty content or tool
-calls; an assistant message with empty content does not directly follow an assistant message;
-every tool message has a ``tool_call_id``; tool-call ``arguments`` are compact JSON objects
-(``json.dumps(obj, separators=(",", ":"), ensure_ascii=False)``); ``id`` is ``None``, ``pinned``
-false, and ``metadata`` empty except ``{"is_error": True}`` on tool messages. Anything else
-the format cannot carry is merged as above, or raises ``ValueError`` naming the message.
+system message, first, non-empty; the first other message is a user message; roles are only
+user/assistant/system/tool; every user or assistant message has non-empty content or tool calls;
+an assistant message with empty content does not directly follow an assistant message; every
+tool message has a ``tool_call_id`` and every call and result pair up as above; tool-call
+``arguments`` are compact JSON objects (``json.dumps(obj, separators=(",", ":"),
+ensure_ascii=False)``); ``id`` is ``None``, ``pinned`` false, and ``metadata`` empty except
+``{"is_error": True}`` on tool messages. Anything else the format cannot carry is merged as
+above, or raises ``ValueError`` naming the message.
 """
 
 from __future__ import annotations
@@ -45,7 +53,9 @@ from ._common import (
     dump_arguments,
     is_error,
     load_arguments,
+    pair_tool_results,
     text_of_parts,
+    within,
 )
 
 __all__ = ["CONTINUATION", "from_anthropic", "to_anthropic"]
@@ -71,7 +81,7 @@ def to_anthropic(
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
-    for index, message in enumerate(check_messages(messages, _FORMAT)):
+    for index, message in enumerate(pair_tool_results(check_messages(messages, _FORMAT), skip_system=True)):
         path = v.join("messages", index)
         if message.role == SYSTEM:
             if message.content:
@@ -142,7 +152,8 @@ def from_anthropic(
     if text:
         result.append(Message(SYSTEM, text))
     for index, turn in enumerate(check_mappings(messages, "messages")):
-        _read_turn(turn, v.join("messages", index), result)
+        path = v.join("messages", index)
+        within(path, _read_turn, turn, path, result)
     return result
 
 

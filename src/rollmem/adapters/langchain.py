@@ -50,6 +50,7 @@ from ._common import (
     name_of,
     text_of_parts,
     try_load_arguments,
+    within,
 )
 
 __all__ = ["RollingChatMessageHistory", "from_langchain", "to_langchain"]
@@ -113,7 +114,10 @@ def from_langchain(messages: Iterable[Any]) -> list[Message]:
     lc = _import("langchain_core.messages")
     if isinstance(messages, (str, bytes, lc.BaseMessage)) or not isinstance(messages, Iterable):
         raise StateTypeError("messages", f"expected an iterable of BaseMessage, got {v.type_name(messages)}")
-    return [_from_message(lc, message, v.join("messages", index)) for index, message in enumerate(messages)]
+    return [
+        within(path, _from_message, lc, message, path)
+        for path, message in ((v.join("messages", index), message) for index, message in enumerate(messages))
+    ]
 
 
 def _role(lc: Any, message: object, path: str) -> str:

@@ -12,10 +12,18 @@ The mapping, both ways:
   "arguments"}}``; ``arguments`` is the JSON string, unchanged.
 - ``Message.tool_call_id`` <-> ``tool_call_id`` (tool results).
 - ``metadata["name"]`` (a str) <-> the optional participant ``name``.
+- Unpaired tool calls and results (the API rejects them): :func:`to_openai` sends a result as a
+  ``tool`` message only when it directly follows the assistant message with its call (after other
+  results of that message), and a call as a ``tool_calls`` entry only when it has such a result.
+  Otherwise, as a memory can hold them (a result arriving after its call was evicted, a user
+  message between a call and its result, a call still waiting), the result is sent as a user
+  message ``[result of tool call ID] CONTENT`` and the call as a line ``[tool call ID:
+  NAME(ARGUMENTS), no result]`` appended to its assistant message's content: nothing is dropped.
 
 OpenAI messages cannot carry rollmem's ``id``, ``pinned`` or other metadata keys: they are not
 sent. So ``from_openai(to_openai(messages)) == messages`` holds exactly for messages whose ``id``
-is ``None``, ``pinned`` is false and ``metadata`` is empty or ``{"name": str}``; tool calls on a
+is ``None``, ``pinned`` is false and ``metadata`` is empty or ``{"name": str}``, whose tool calls
+and results pair up as above; tool calls on a
 message whose role is not ``assistant``, or a ``tool_call_id`` on one that is not ``tool``, are
 rejected with ``ValueError`` (no provider accepts them).
 """
@@ -36,7 +44,9 @@ from ._common import (
     check_messages,
     dump_arguments,
     name_of,
+    pair_tool_results,
     text_of_parts,
+    within,
 )
 
 __all__ = ["from_openai", "from_openai_responses", "to_openai", "to_openai_responses"]
@@ -52,7 +62,7 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
     error names ``messages[i]``.
     """
     result: list[dict[str, Any]] = []
-    for message in check_messages(messages, _FORMAT):
+    for message in pair_tool_results(check_messages(messages, _FORMAT)):
         content = None if message.tool_calls and not message.content else message.content
         item: dict[str, Any] = {"role": message.role, "content": content}
         name = name_of(message)
@@ -83,7 +93,10 @@ def from_openai(items: Iterable[Mapping[str, Any]]) -> list[Message]:
     ``items[3].tool_calls[0].function.name: expected str, got int``.
     """
     return [
-        _from_item(item, v.join("items", index)) for index, item in enumerate(check_mappings(items, "items"))
+        within(path, _from_item, item, path)
+        for path, item in (
+            (v.join("items", index), item) for index, item in enumerate(check_mappings(items, "items"))
+        )
     ]
 
 

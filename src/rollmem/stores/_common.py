@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..errors import ConflictError
 
-__all__ = ["check_prefix", "check_save", "check_session_id", "conflict", "is_expired"]
+__all__ = ["check_prefix", "check_save", "check_session_id", "conflict", "is_expired", "shown"]
 
 
 def _type_name(value: object) -> str:
@@ -71,4 +71,12 @@ def conflict(session_id: str, expected_revision: int, live_revision: Optional[in
         found = "the session is absent or expired"
     else:
         found = f"the store is at revision {live_revision}"
-    return ConflictError(f"session {session_id!r}: saved {wanted} but {found}")
+    return ConflictError(f"session {shown(session_id)}: saved {wanted} but {found}")
+
+
+def shown(session_id: str, limit: int = 100) -> str:
+    """``repr(session_id)`` for an error message, cut after ``limit`` characters: an error never
+    repeats a huge id whole."""
+    if len(session_id) <= limit:
+        return repr(session_id)
+    return f"{session_id[:limit]!r}... ({len(session_id)} characters)"

@@ -8,6 +8,7 @@ steps; the blocking and the async methods only drive it on their kind of connect
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import re
 import threading
@@ -17,7 +18,7 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from ..errors import MissingExtraError, StoreUnavailableError
-from ._common import check_prefix, check_save, check_session_id, conflict
+from ._common import check_prefix, check_save, check_session_id, conflict, shown
 from ._protocol import StoredSession
 
 if TYPE_CHECKING:
@@ -83,7 +84,10 @@ class _Sql(NamedTuple):
 def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
     sql = psycopg.sql
     table = sql.Identifier(*parts)
-    index = sql.Identifier(parts[-1][:52] + "_expires_at")
+    name = parts[-1]
+    if len(name) > 52:  # a long name keeps a unique index name within PostgreSQL's 63 characters
+        name = name[:40] + "_" + hashlib.sha256(name.encode()).hexdigest()[:10]
+    index = sql.Identifier(name + "_expires_at")
 
     def q(text: str) -> Composed:
         return sql.SQL(text).format(table=table, index=index)  # type: ignore[no-any-return]
@@ -275,7 +279,7 @@ class PostgresStore:
         try:
             yield
         except psycopg.Error as exc:
-            target = "" if session_id is None else f" of session {session_id!r}"
+            target = "" if session_id is None else f" of session {shown(session_id)}"
             raise StoreUnavailableError(f"PostgreSQL {action}{target} failed: {exc}") from exc
 
     # -- the operations, written once ------------------------------------------------------------

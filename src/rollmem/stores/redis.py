@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from ..errors import MissingExtraError, StoreUnavailableError
-from ._common import check_prefix, check_save, check_session_id, conflict
+from ..errors import InvalidStateError, MissingExtraError, StoreUnavailableError
+from ._common import check_prefix, check_save, check_session_id, conflict, shown
 from ._protocol import StoredSession
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ class RedisStore:
         try:
             yield
         except (driver.exceptions.RedisError, OSError, asyncio.TimeoutError) as exc:
-            target = "" if session_id is None else f" of session {session_id!r}"
+            target = "" if session_id is None else f" of session {shown(session_id)}"
             raise StoreUnavailableError(f"Redis {action}{target} failed: {exc}") from exc
 
     # -- shared steps ----------------------------------------------------------------------------
@@ -215,10 +215,15 @@ class RedisStore:
             return None
         if state is None or revision is None or not _text(revision).isdigit():
             raise StoreUnavailableError(
-                f"Redis holds a malformed entry for session {session_id!r} at key "
-                f"{self._prefix + session_id!r}: state={state!r:.40}, revision={revision!r:.40}"
+                f"Redis holds a malformed entry for session {shown(session_id)} at key "
+                f"{shown(self._prefix + session_id)}: state={state!r:.40}, revision={revision!r:.40}"
             )
-        return StoredSession(_text(state), int(revision))
+        try:
+            text = _text(state)
+        except UnicodeDecodeError as exc:
+            problem = f"stored state is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+            raise InvalidStateError("", f"session {shown(session_id)}: {problem}") from None
+        return StoredSession(text, int(revision))
 
     def _ids_pattern(self, prefix: str) -> str:
         return _glob_literal(self._prefix + check_prefix(prefix)) + "*"

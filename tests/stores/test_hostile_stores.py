@@ -1,0 +1,109 @@
+"""Stores on hostile edges: an index per table however long its name, errors that never repeat a
+huge session id whole, unreadable stored bytes reported as InvalidStateError."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
+from rollmem.stores import MemoryStore
+
+from .servers import drop_redis_keys, drop_table, postgres_dsn, redis_url, unique_name
+
+HUGE_ID = "s" * 1_000_000
+
+
+def test_a_conflict_does_not_repeat_a_huge_session_id() -> None:
+    store = MemoryStore()
+    with pytest.raises(ConflictError) as raised:
+        store.save(HUGE_ID, "{}", 5)
+    message = str(raised.value)
+    assert len(message) < 300
+    assert "1000000 characters" in message
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def long_tables() -> Iterator[tuple[str, str]]:
+    pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
+    pytest.importorskip("psycopg_pool", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
+    dsn = postgres_dsn()
+    stem = unique_name("rollmem_long_table_name_sharing_its_start")  # 54 characters
+    names = (stem + "_one", stem + "_two")
+    assert len(names[0]) <= 63
+    assert names[0][:52] == names[1][:52]
+    yield names
+    for name in names:
+        drop_table(dsn, name)
+
+
+def test_postgres_tables_sharing_a_long_prefix_each_get_their_index(long_tables: tuple[str, str]) -> None:
+    import psycopg
+
+    from rollmem.stores.postgres import PostgresStore
+
+    dsn = postgres_dsn()
+    for table in long_tables:
+        store = PostgresStore(dsn, table=table)
+        try:
+            store.save("s", "{}", 0, ttl=60)
+        finally:
+            store.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tablename, indexdef FROM pg_indexes WHERE tablename = ANY(%s) AND indexdef LIKE %s",
+            (list(long_tables), "%expires_at%"),
+        ).fetchall()
+    assert sorted(row[0] for row in rows) == sorted(long_tables)
+
+
+def test_postgres_errors_do_not_repeat_a_huge_session_id() -> None:
+    pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
+    pytest.importorskip("psycopg_pool", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
+    from rollmem.stores.postgres import PostgresStore
+
+    dsn = postgres_dsn()
+    table = unique_name("rollmem_test")
+    store = PostgresStore(dsn, table=table)
+    try:
+        with pytest.raises((StoreUnavailableError, ConflictError)) as raised:
+            store.save(HUGE_ID, "{}", 0)  # too big for the primary key's index
+        assert len(str(raised.value)) < 2000
+    finally:
+        store.close()
+        drop_table(dsn, table)
+
+
+# -- Redis -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_store() -> Iterator[Any]:
+    pytest.importorskip("redis", reason='the Redis tests need pip install "rollmem[redis]"')
+    from rollmem.stores.redis import RedisStore
+
+    url = redis_url()
+    prefix = unique_name("rollmem_test") + ":"
+    store = RedisStore(url, prefix=prefix)
+    yield store
+    store.close()
+    drop_redis_keys(url, prefix)
+
+
+def test_redis_state_that_is_not_utf8_is_invalid_state(redis_store: Any) -> None:
+    import redis
+
+    redis_store.save("s", "{}", 0)
+    client = redis.Redis.from_url(redis_url())
+    try:
+        (key,) = client.keys(redis_store._key("s") + "*")  # wherever this store keeps the session
+        client.hset(key, "state", b"\xff\xfe not utf-8")
+    finally:
+        client.close()
+    with pytest.raises(InvalidStateError, match=r"^session 's': stored state is not valid UTF-8"):
+        redis_store.load("s")
