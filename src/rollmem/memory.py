@@ -756,6 +756,11 @@ class _AsyncMemory(_Memory):
         self._record("fold", keep)
         return max(count, 0)
 
+    @property
+    def background(self) -> bool:
+        """Whether folds run as a background task (see :meth:`flush`)."""
+        return self._background
+
     async def flush(self) -> None:
         """Wait for the folds in flight, then fold now whatever the policy still wants folded
         (retrying a background fold that failed): on return the memory is within its policy.

@@ -16,7 +16,6 @@ and receives their results. :class:`Sessions` performs them with plain calls,
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import sys
 import threading
@@ -523,7 +522,7 @@ class AsyncSessions(_SessionsBase[M]):
 
 
 async def _settle(memory: Any) -> None:
-    """Wait for the background folds of an async memory (a sync memory has none)."""
-    flush = getattr(memory, "flush", None)
-    if flush is not None and inspect.iscoroutinefunction(flush):
-        await flush()
+    """Wait for the background folds of an async memory (a sync memory has none). A memory that
+    folds in the foreground already raised its fold failures inside the block: nothing to do."""
+    if getattr(memory, "background", False):
+        await memory.flush()

@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
-from ..message import ASSISTANT, TOOL, Message, ToolCall
+from ..message import ASSISTANT, TOOL, Message, ToolCall, _thaw
 from ._common import (
     carried_metadata,
     check_fields,
@@ -210,7 +210,7 @@ def to_openai_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
         if kept is not None:
             kept_path = v.join(v.join(path, "metadata"), RESPONSES_ITEMS)
             result.extend(
-                copy.deepcopy(dict(v.expect_mapping(item, v.join(kept_path, position))))
+                _thaw(dict(v.expect_mapping(item, v.join(kept_path, position))))
                 for position, item in enumerate(v.expect_list(kept, kept_path))
             )
             continue
