@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
 
 from . import _validate as v
 from ._ledger import Ledger, Plan
+from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
+from .counters import words
 from .errors import InvalidStateError
 from .message import ASSISTANT, NO_METADATA, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
 
@@ -38,25 +40,11 @@ __all__ = [
     "words",
 ]
 
-TokenCounter = Callable[[str], int]
-"""Counts the tokens of a text; must return a non-negative ``int``."""
-SummarizeFn = Callable[[str, Sequence[Message]], str]
-"""``summarize(existing_summary, evicted_messages) -> new_summary``."""
-AsyncSummarizeFn = Callable[[str, Sequence[Message]], Awaitable[str]]
-"""The coroutine form of :data:`SummarizeFn`, accepted by the async classes."""
-EvictHook = Callable[[Sequence[Message]], Any]
-"""Called with the messages that left the buffer, once per committed eviction."""
-
 STATE_VERSION = 2
 DISCARDED = -1  # what a fold flow returns when a change made while it ran won
 _READABLE_VERSIONS = (1, 2)
 
 _M = TypeVar("_M", bound="_Memory")
-
-
-def words(text: str) -> int:
-    """The default token counter: the number of whitespace-separated words."""
-    return len(text.split())
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
+from . import _validate as v
 from .errors import ConflictError, InvalidStateError
 from .memory import parse_state
 from .message import Message
@@ -189,23 +190,13 @@ class _LiveCache:
 
 
 def _check_session_id(session_id: object) -> str:
-    if not isinstance(session_id, str):
-        raise TypeError(f"session_id: expected str, got {type(session_id).__name__}")
-    if not session_id:
-        raise ValueError("session_id must not be empty")
-    return session_id
+    return v.check_str("session_id", session_id, allow_empty=False)
 
 
 def _check_options(ttl: object, max_retries: object, cache_size: object) -> None:
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
-        raise TypeError(f"ttl: expected a number of seconds or None, got {type(ttl).__name__}")
-    if ttl is not None and not ttl > 0:
-        raise ValueError(f"ttl must be > 0 seconds, got {ttl}")
-    for name, value in (("max_retries", max_retries), ("cache_size", cache_size)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name}: expected int, got {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+    v.check_ttl(ttl)
+    v.check_int("max_retries", max_retries, 0)
+    v.check_int("cache_size", cache_size, 0)
 
 
 # -- the shared logic -------------------------------------------------------------------------------
