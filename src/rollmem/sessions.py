@@ -20,14 +20,13 @@ import inspect
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
 from . import _validate as v
 from .errors import ConflictError, InvalidStateError
-from .memory import parse_state
 from .message import Message
 from .stores._protocol import AsyncStore, Store, StoredSession
 
@@ -54,6 +53,8 @@ class _SessionMemory(Protocol):
     def buffer(self, messages: Iterable[Message]) -> None: ...
 
     def to_dict(self) -> dict[str, Any]: ...
+
+    def restore(self, data: Mapping[str, Any]) -> None: ...
 
 
 M = TypeVar("M", bound=_SessionMemory)
@@ -104,15 +105,14 @@ def _named(session_id: str, error: InvalidStateError) -> InvalidStateError:
     return named
 
 
-def _parse(session_id: str, text: str) -> tuple[str, list[Message]]:
+_EMPTY: Mapping[str, Any] = {"version": 2, "summary": "", "buffer": []}
+
+
+def _parse(session_id: str, text: str) -> Any:
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
         raise _named(session_id, InvalidStateError("", f"stored state is not valid JSON: {exc}")) from exc
-    try:
-        return parse_state(data)
-    except InvalidStateError as exc:
-        raise _named(session_id, exc) from exc
 
 
 def _dump(session_id: str, memory: _SessionMemory) -> str:
@@ -124,11 +124,12 @@ def _dump(session_id: str, memory: _SessionMemory) -> str:
 
 def _restore(memory: _SessionMemory, stored: Optional[StoredSession], session_id: str) -> None:
     """Put the stored state (empty when ``None``) into ``memory``; nothing changes on error."""
-    summary, messages = ("", []) if stored is None else _parse(session_id, stored.state)
+    data = _EMPTY if stored is None else _parse(session_id, stored.state)
     journal, memory._journal = memory._journal, None  # a load is not something the block did
     try:
-        memory.summary = summary
-        memory.buffer = messages
+        memory.restore(data)
+    except InvalidStateError as exc:
+        raise _named(session_id, exc) from exc
     finally:
         memory._journal = journal
 
@@ -244,7 +245,7 @@ class _SessionsBase(Generic[M]):
 
     def _new_memory(self) -> M:
         memory = self._factory()
-        if not all(hasattr(memory, name) for name in ("_journal", "to_dict", "summary", "buffer")):
+        if not all(hasattr(memory, name) for name in ("_journal", "to_dict", "restore", "summary", "buffer")):
             raise TypeError(f"factory must return a rollmem memory, got {type(memory).__name__}")
         if not any(hasattr(memory, name) for name in self._replay_methods):
             raise TypeError(f"{type(memory).__name__} is an async memory: use AsyncSessions")
