@@ -9,7 +9,7 @@ from typing import Any, NoReturn, Optional
 from . import _validate as v
 from .errors import StateTypeError
 
-__all__ = ["ASSISTANT", "SYSTEM", "TOOL", "USER", "Message", "ToolCall"]
+__all__ = ["ASSISTANT", "SYSTEM", "TOOL", "USER", "Message", "ToolCall", "message_from_dict"]
 
 USER = "user"
 ASSISTANT = "assistant"
