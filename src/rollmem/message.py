@@ -36,8 +36,7 @@ NO_METADATA: Mapping[str, Any] = _FrozenDict()
 """The shared empty ``Message.metadata``."""
 
 
-def _type_error(name: str, expected: str, value: object) -> TypeError:
-    return TypeError(f"{name}: expected {expected}, got {v.type_name(value)}")
+_type_error = v.type_error
 
 
 @dataclass(frozen=True)

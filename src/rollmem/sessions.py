@@ -194,10 +194,18 @@ def _check_session_id(session_id: object) -> str:
     return v.check_str("session_id", session_id, allow_empty=False)
 
 
-def _check_options(ttl: object, max_retries: object, cache_size: object) -> None:
-    v.check_ttl(ttl)
-    v.check_int("max_retries", max_retries, 0)
-    v.check_int("cache_size", cache_size, 0)
+@dataclass(frozen=True)
+class _Options:
+    """The settings of a sessions object, validated once, together."""
+
+    ttl: Optional[float]
+    max_retries: int
+    cache_size: int
+
+    def __post_init__(self) -> None:
+        v.check_ttl(self.ttl)
+        v.check_int("max_retries", self.max_retries, 0)
+        v.check_int("cache_size", self.cache_size, 0)
 
 
 # -- the shared logic -------------------------------------------------------------------------------
@@ -215,11 +223,9 @@ class _SessionsBase(Generic[M]):
     ) -> None:
         if not callable(factory):
             raise TypeError(f"factory: expected a callable returning a memory, got {type(factory).__name__}")
-        _check_options(ttl, max_retries, cache_size)
+        self._options = options = _Options(ttl, max_retries, cache_size)
         self._factory = factory
-        self._ttl = ttl
-        self._max_retries = max_retries
-        self._live = _LiveCache(cache_size)
+        self._live = _LiveCache(options.cache_size)
         self._retries = 0
         self._retries_lock = threading.Lock()
 
@@ -231,12 +237,12 @@ class _SessionsBase(Generic[M]):
     @property
     def ttl(self) -> Optional[float]:
         """Seconds after its last save that a session expires (``None``: never)."""
-        return self._ttl
+        return self._options.ttl
 
     @property
     def max_retries(self) -> int:
         """How many times a save that lost a compare-and-set is replayed before ``ConflictError``."""
-        return self._max_retries
+        return self._options.max_retries
 
     @property
     def retries(self) -> int:
@@ -280,9 +286,9 @@ class _SessionsBase(Generic[M]):
         retries = 0
         while True:
             try:
-                revision = yield _Save(session_id, state, revision, self._ttl)
+                revision = yield _Save(session_id, state, revision, self._options.ttl)
             except ConflictError as exc:
-                if retries >= self._max_retries:
+                if retries >= self._options.max_retries:
                     raise ConflictError(
                         f"session {session_id!r}: not saved after {retries} retries; "
                         "other writers kept saving first"
