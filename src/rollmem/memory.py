@@ -30,7 +30,7 @@ import inspect
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
+from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, overload
 
 from . import _validate as v
 from ._ledger import Ledger, Plan
@@ -98,18 +98,26 @@ class _Fold:
 
 
 class _PolicySetting:
-    """A memory attribute that reads and writes (validated) the same attribute of its policy."""
+    """A memory's ``int`` attribute that reads and writes (validated) the same attribute of its
+    policy: ``memory.max_tokens = 0`` raises as ``TokenBudget`` does."""
 
     def __init__(self, name: str, doc: str) -> None:
         self.name = name
         self.__doc__ = doc
 
-    def __get__(self, memory: Optional[_Memory], owner: type) -> Any:
+    @overload
+    def __get__(self, memory: None, owner: type) -> _PolicySetting: ...
+
+    @overload
+    def __get__(self, memory: _Memory, owner: type) -> int: ...
+
+    def __get__(self, memory: Optional[_Memory], owner: type) -> Union[int, _PolicySetting]:
         if memory is None:
             return self
-        return getattr(memory._policy, self.name)
+        value: int = getattr(memory._policy, self.name)
+        return value
 
-    def __set__(self, memory: _Memory, value: Any) -> None:
+    def __set__(self, memory: _Memory, value: int) -> None:
         with memory._lock:
             setattr(memory._policy, self.name, value)
 

@@ -48,6 +48,11 @@ def check_sync_memories() -> None:
     assert_type(memory.summary, str)
     assert_type(memory.stats(), MemoryStats)
     assert_type(memory.policy, Policy)
+    assert_type(memory.max_tokens, int)
+    assert_type(memory.target_tokens, int)
+    assert_type(WindowMemory(3).max_messages, int)
+    memory.max_tokens = 50
+    memory.max_tokens = "50"  # type: ignore[assignment]
     assert_type(RollingMemory.from_dict(memory.to_dict(), max_tokens=100), RollingMemory)
     assert_type(WindowMemory.from_dict(memory.to_dict(), max_messages=3), WindowMemory)
     assert_type(BufferMemory().add_user_message("x"), Message)
