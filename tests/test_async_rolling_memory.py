@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from rollmem import AsyncRollingMemory, RollingMemory
+from rollmem.changes import Appended, Cleared, Folded, SummaryAssigned
 from rollmem.message import Message, ToolCall
 
 
@@ -183,26 +184,27 @@ async def test_an_object_with_async_call_is_awaited(char_counter: Callable[[str]
     assert (mem.summary, contents(mem)) == ("ab", ["c", "d"])
 
 
-async def test_journal_and_areplay(char_counter: Callable[[str], int]) -> None:
+async def test_record_and_replay(char_counter: Callable[[str], int]) -> None:
     def summarize(summary: str, messages: Sequence[Message]) -> str:
         return summary + "*" * len(messages)
 
     source = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
-    source._journal = []
-    await source.add_user_message("ab", id="x")
-    await source.extend([Message("user", "cd")])
-    source.summary = "S"
-    source.clear()
-    await source.add_user_message("e")
-    assert source._journal == [
-        ("add", Message("user", "ab", id="x")),
-        ("extend", (Message("user", "cd"),)),
-        ("set_summary", "S"),
-        ("clear",),
-        ("add", Message("user", "e")),
+    with source.record() as changes:
+        await source.add_user_message("ab", id="x")
+        await source.extend([Message("user", "cd")])
+        source.summary = "S"
+        source.clear()
+        await source.add_user_message("e")
+    assert changes == [
+        Appended((Message("user", "ab", id="x"),)),
+        Appended((Message("user", "cd"),)),
+        Folded("*", 1),
+        SummaryAssigned("S"),
+        Cleared(),
+        Appended((Message("user", "e"),)),
     ]
     target = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
-    await target._areplay(source._journal)
+    await target.replay(changes)
     assert (
         target.to_dict()
         == source.to_dict()

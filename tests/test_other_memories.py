@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rollmem import AsyncSummaryMemory, BufferMemory, SummaryMemory, WindowMemory
+from rollmem.changes import Appended, Dropped, Folded, Pinned
 from rollmem.message import Message, ToolCall
 
 
@@ -347,7 +348,7 @@ def test_every_class_round_trips_the_same_state(cls: Any, config: dict[str, Any]
     assert len(mem.get_messages()) == 5
 
 
-# --- the journal hook (private, used by rollmem.sessions) ----------------------------------------------
+# --- the change record (rollmem.changes, used by rollmem.sessions) ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -355,35 +356,37 @@ def test_every_class_round_trips_the_same_state(cls: Any, config: dict[str, Any]
     [lambda: BufferMemory(), lambda: WindowMemory(2), lambda: SummaryMemory(lambda s, m: s + str(len(m)))],
     ids=["BufferMemory", "WindowMemory", "SummaryMemory"],
 )
-def test_journal_and_replay(make: Any) -> None:
+def test_record_and_replay(make: Any) -> None:
     source = make()
-    source._journal = []
-    first = source.add_user_message("a", id="a", pinned=True)
-    source.add_assistant_message("b")
-    source.unpin("a")
-    source.pin("a")
-    source.extend([Message("user", "c")])
-    source.add_user_message("d")
-    assert source._journal[0] == ("add", first)
-    assert [entry[0] for entry in source._journal] == ["add", "add", "unpin", "pin", "extend", "add"]
+    with source.record() as changes:
+        first = source.add_user_message("a", id="a", pinned=True)
+        source.add_assistant_message("b")
+        source.unpin("a")
+        source.pin("a")
+        source.extend([Message("user", "c")])
+        source.add_user_message("d")
+    assert changes[0] == Appended((first,))
+    kinds = [type(change).__name__ for change in changes if not isinstance(change, (Folded, Dropped))]
+    assert kinds == ["Appended", "Appended", "Pinned", "Pinned", "Appended", "Appended"]
     target = make()
-    target._replay(source._journal)
+    target.replay(changes)
     assert target.to_dict() == source.to_dict()
 
 
-async def test_async_journal_and_areplay(recorder: Any) -> None:
+async def test_async_record_and_replay(recorder: Any) -> None:
     source = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
-    source._journal = []
-    await source.add_user_message("a", id="a", pinned=True)
-    await source.add_user_message("b")
-    source.unpin("a")
-    await source.fold()
-    assert source._journal == [
-        ("add", Message("user", "a", id="a", pinned=True)),
-        ("add", Message("user", "b")),
-        ("unpin", "a"),
-        ("fold", 0),
+    with source.record() as changes:
+        await source.add_user_message("a", id="a", pinned=True)
+        await source.add_user_message("b")
+        source.unpin("a")
+        await source.fold()
+    assert changes == [
+        Appended((Message("user", "a", id="a", pinned=True),)),
+        Appended((Message("user", "b"),)),
+        Folded("1", 1),
+        Pinned("a", False),
+        Folded("11", 1, keep_last=0),
     ]
     target = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
-    await target._areplay(source._journal)
+    await target.replay(changes)
     assert target.to_dict() == source.to_dict() == {"version": 2, "summary": "11", "buffer": []}

@@ -147,11 +147,20 @@ def _imported_modules(module: types.ModuleType) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("name", ["counters", "summarizers", "sessions", "policies", "_types"])
+@pytest.mark.parametrize("name", ["counters", "summarizers", "sessions", "policies", "changes", "_types"])
 def test_the_helpers_do_not_import_the_engine(name: str) -> None:
     """Counters, summarizers, sessions and policies take the type aliases from ``_types``."""
     module = importlib.import_module(f"rollmem.{name}")
     assert "rollmem.memory" not in _imported_modules(module)
+
+
+def test_sessions_use_only_the_public_api_of_a_memory() -> None:
+    """No ``_journal`` (nor any private memory attribute) in sessions or stores."""
+    source = Path(rollmem.__file__).parent
+    for path in [source / "sessions.py", *sorted((source / "stores").glob("*.py"))]:
+        text = path.read_text(encoding="utf-8")
+        assert "_journal" not in text, path.name
+        assert re.search(r"\bmemory\._[a-z]", text) is None, path.name
 
 
 def test_the_int_check_is_written_once() -> None:

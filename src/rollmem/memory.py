@@ -16,6 +16,9 @@
   folds serialized by an asyncio lock, optionally in a background task) differ in nothing else:
   one calls the summarizer and the hook, the other awaits them when they return awaitables.
 
+**Changes** are typed records (:mod:`rollmem.changes`): :meth:`_Memory.record` collects what a
+block of work changed, ``replay`` applies it to another memory (used by :mod:`rollmem.sessions`).
+
 **Adding a memory class** takes one policy and a constructor: subclass :class:`Memory` (sync)
 or :class:`AsyncMemory` and pass the policy to ``super().__init__(policy, summarize_fn,
 on_evict=...)``. ``from_dict`` and everything else come from the base (see
@@ -28,13 +31,26 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, overload
 
 from . import _validate as v
 from ._ledger import Ledger, Plan
 from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
+from .changes import (
+    _CHANGE_TYPES,
+    Appended,
+    BufferAssigned,
+    Change,
+    Cleared,
+    Dropped,
+    Folded,
+    Pinned,
+    Restored,
+    SummaryAssigned,
+)
 from .counters import words
 from .errors import InvalidStateError
 from .message import ASSISTANT, NO_METADATA, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
@@ -89,12 +105,13 @@ class MemoryStats:
 class _Fold:
     """A fold between its plan and its commit: what was cut, and what the commit must still find."""
 
-    __slots__ = ("generation", "plan", "summary")
+    __slots__ = ("generation", "keep_last", "plan", "summary")
 
-    def __init__(self, plan: Plan, summary: str, generation: int) -> None:
+    def __init__(self, plan: Plan, summary: str, generation: int, keep_last: Optional[int]) -> None:
         self.plan = plan
         self.summary = summary
         self.generation = generation
+        self.keep_last = keep_last  # set for an explicit fold(keep_last)
 
 
 class _PolicySetting:
@@ -174,7 +191,7 @@ class _Memory:
             ("folds", "summarizer_calls", "failed_folds", "messages_summarized", "messages_dropped"), 0
         )
         self._summary_tokens: tuple[str, int] = ("", 0)
-        self._journal: Optional[list[tuple[Any, ...]]] = None
+        self._journal: Optional[list[Change]] = None  # the changes being recorded, if any
 
     @property
     def policy(self) -> Policy:
@@ -194,7 +211,7 @@ class _Memory:
         with self._lock:
             self._summary = value
             self._generation += 1
-            self._record("set_summary", value)
+            self._record(SummaryAssigned(value))
 
     @property
     def buffer(self) -> list[Message]:
@@ -207,7 +224,7 @@ class _Memory:
         with self._lock:
             self._ledger.replace(messages)
             self._generation += 1
-            self._record("set_buffer", tuple(self._ledger.items))
+            self._record(BufferAssigned(tuple(self._ledger.items)))
 
     # -- measuring and appending ------------------------------------------------------------
 
@@ -254,7 +271,7 @@ class _Memory:
                 ledger.sync(self._measure_at)
             ledger.append(message, cost)
             if self._journal is not None:
-                self._journal.append(("add", message))
+                self._journal.append(Appended((message,)))
 
     def _append(self, messages: Sequence[Message]) -> None:
         """Count them all, then append them all; a failure appends nothing."""
@@ -264,7 +281,7 @@ class _Memory:
             ledger.sync(self._measure_at)
             for message, cost in zip(messages, costs):
                 ledger.append(message, cost)
-            self._record("extend", tuple(messages))
+            self._record(Appended(tuple(messages)))
 
     @staticmethod
     def _check_batch(messages: Iterable[Message]) -> list[Message]:
@@ -274,9 +291,14 @@ class _Memory:
                 raise v.type_error(f"messages[{index}]", "Message", message)
         return batch
 
-    def _record(self, *entry: Any) -> None:
+    def _record(self, change: Change) -> None:
         if self._journal is not None:
-            self._journal.append(entry)
+            self._journal.append(change)
+
+    def _fold_record(self, summary: str, removed: int, keep_last: Optional[int]) -> Change:
+        if self._summarize_fn is None:
+            return Dropped(removed, keep_last)
+        return Folded(summary, removed, keep_last)
 
     def _needs_fold(self) -> bool:
         """Whether the policy may find something to evict (or the buffer must be recounted)."""
@@ -285,7 +307,7 @@ class _Memory:
 
     # -- the fold flow ----------------------------------------------------------------------
 
-    def _begin_fold(self, plan_fn: PlanFn) -> Optional[_Fold]:
+    def _begin_fold(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[_Fold]:
         """Plan a fold; ``None`` when there is nothing to cut. The caller holds the fold lock and
         ends the fold with :meth:`_finish_fold` or :meth:`_fail_fold`."""
         ledger = self._ledger
@@ -297,7 +319,7 @@ class _Memory:
                 return None
             if self._summarize_fn is not None:
                 self._counts["summarizer_calls"] += 1
-            return _Fold(plan, self._summary, self._generation)
+            return _Fold(plan, self._summary, self._generation, keep_last)
 
     def _fail_fold(self, fold: _Fold, error: BaseException) -> None:
         """End a fold whose summarizer call raised (or was cancelled): nothing changes."""
@@ -322,9 +344,12 @@ class _Memory:
             self._summary = new_summary
             counts = self._counts
             counts["folds"] += 1
+            removed = len(plan.messages)
             key = "messages_dropped" if self._summarize_fn is None else "messages_summarized"
-            counts[key] += len(plan.messages)
-        return len(plan.messages)
+            counts[key] += removed
+            if self._journal is not None:
+                self._journal.append(self._fold_record(new_summary, removed, fold.keep_last))
+        return removed
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -373,7 +398,7 @@ class _Memory:
             self._summary = ""
             self._ledger.clear()
             self._generation += 1
-            self._record("clear")
+            self._record(Cleared())
 
     def pin(self, message_id: str) -> None:
         """Pin every buffer message whose ``id`` is ``message_id``: it will never be evicted."""
@@ -394,23 +419,65 @@ class _Memory:
                 message = ledger.items[position]
                 if message.pinned != pinned:
                     ledger.set_at(position, replace(message, pinned=pinned))
-            self._record("pin" if pinned else "unpin", message_id)
+            self._record(Pinned(message_id, pinned))
 
-    def _apply_plain(self, entry: tuple[Any, ...]) -> None:
-        kind = entry[0]
-        if kind == "clear":
-            self.clear()
-        elif kind in ("pin", "unpin"):
-            with contextlib.suppress(KeyError):  # the message left in the other writer's state
-                self._set_pinned(entry[1], kind == "pin")
-        elif kind == "set_summary":
-            self.summary = entry[1]
-        elif kind == "set_buffer":
-            self.buffer = list(entry[1])
-        elif kind == "restore":
-            self._restore(entry[1], list(entry[2]))
-        else:
-            raise ValueError(f"unknown journal entry {kind!r}")
+    # -- recording and replaying changes ----------------------------------------------------
+
+    @property
+    def recording(self) -> bool:
+        """Whether the changes made to this memory are being recorded (see :meth:`record`)."""
+        return self._journal is not None
+
+    def start_recording(self) -> None:
+        """Record every change from now on, until :meth:`stop_recording`. ``RuntimeError`` if a
+        recording is already running."""
+        with self._lock:
+            if self._journal is not None:
+                raise RuntimeError("this memory is already recording its changes")
+            self._journal = []
+
+    def stop_recording(self) -> tuple[Change, ...]:
+        """End the recording; returns the changes made since :meth:`start_recording`, in order
+        (empty when none was running)."""
+        with self._lock:
+            changes, self._journal = self._journal, None
+        return tuple(changes or ())
+
+    @contextmanager
+    def record(self) -> Iterator[list[Change]]:
+        """``with memory.record() as changes:``: the :mod:`rollmem.changes` records of what the
+        block changes, appended to ``changes`` as they happen (complete when the block exits)."""
+        self.start_recording()
+        changes: list[Change] = []
+        try:
+            yield changes
+        finally:
+            changes.extend(self.stop_recording())
+
+    def _replay_steps(self, changes: Iterable[Change]) -> Iterator[tuple[str, Any]]:
+        """The replay flow: applies the plain changes itself and yields the ``(method, argument)``
+        calls the driver makes (``extend``, ``fold``), awaited or not."""
+        batch = list(changes)
+        for index, change in enumerate(batch):
+            if not isinstance(change, _CHANGE_TYPES):
+                raise v.type_error(f"changes[{index}]", "a rollmem.changes record", change)
+        for change in batch:
+            if isinstance(change, Appended):
+                yield "extend", change.messages
+            elif isinstance(change, (Folded, Dropped)):
+                if change.keep_last is not None and hasattr(self, "fold"):
+                    yield "fold", change.keep_last  # an automatic fold is left to the policy
+            elif isinstance(change, Cleared):
+                self.clear()
+            elif isinstance(change, Pinned):
+                with contextlib.suppress(KeyError):  # the message left in the other writer's state
+                    self._set_pinned(change.message_id, change.pinned)
+            elif isinstance(change, SummaryAssigned):
+                self.summary = change.summary
+            elif isinstance(change, BufferAssigned):
+                self.buffer = list(change.messages)
+            else:
+                self._restore(change.summary, list(change.messages))
 
     # -- serialization ----------------------------------------------------------------------
 
@@ -445,7 +512,7 @@ class _Memory:
             self._summary = summary
             self._ledger.replace(messages)
             self._generation += 1
-            self._record("restore", summary, tuple(messages))
+            self._record(Restored(summary, tuple(messages)))
 
 
 def _parse_state(data: object) -> tuple[str, list[Message]]:
@@ -560,11 +627,11 @@ class _SyncMemory(_Memory):
         while (ledger.dirty or policy.over(ledger)) and self._run(policy.plan) != 0:
             pass  # a fold discarded (None) by a change made meanwhile is planned again
 
-    def _run(self, plan_fn: PlanFn) -> Optional[int]:
+    def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
         with self._fold_lock:
             if self._ledger.in_flight:
                 return 0  # called back from inside this thread's own fold: leave it to that fold
-            fold = self._begin_fold(plan_fn)
+            fold = self._begin_fold(plan_fn, keep_last)
             if fold is None:
                 return 0
             summarize = self._summarize_fn
@@ -582,19 +649,12 @@ class _SyncMemory(_Memory):
                 self._on_evict(fold.plan.messages)
             return count
 
-    def _replay(self, entries: Iterable[tuple[Any, ...]]) -> None:
-        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
-        for entry in entries:
-            kind = entry[0]
-            if kind == "add":
-                self._append_one(entry[1])
-                self._prune()
-            elif kind == "extend":
-                self.extend(entry[1])
-            elif kind == "fold":
-                getattr(self, "fold")(entry[1])  # noqa: B009 - only summarizing classes journal folds
-            else:
-                self._apply_plain(entry)
+    def replay(self, changes: Iterable[Change]) -> None:
+        """Apply recorded changes (see :mod:`rollmem.changes`) through this memory's methods: the
+        appended messages are added and this memory's policy evicts as it would have. A
+        non-record raises ``TypeError`` before anything changes."""
+        for method, argument in self._replay_steps(changes):
+            getattr(self, method)(argument)
 
 
 class _AsyncMemory(_Memory):
@@ -695,8 +755,9 @@ class _AsyncMemory(_Memory):
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
         keep = _check_keep_last(keep_last)
-        count = await self._run(lambda ledger: ledger.plan_keep_last(keep))
-        self._record("fold", keep)
+        count = await self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
+        if not count:
+            self._record(self._fold_record(self._summary, 0, keep))
         return count or 0
 
     async def flush(self) -> None:
@@ -735,14 +796,14 @@ class _AsyncMemory(_Memory):
             self._fold_lock_loop = loop
         return self._fold_lock
 
-    async def _run(self, plan_fn: PlanFn) -> Optional[int]:
+    async def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
         task = asyncio.current_task()
         if self._fold_owner is task and self._ledger.in_flight:
             return 0  # called back from inside this task's own fold: leave it to that fold
         async with self._lock_for_loop():
             self._fold_owner = task
             try:
-                fold = self._begin_fold(plan_fn)
+                fold = self._begin_fold(plan_fn, keep_last)
                 if fold is None:
                     return 0
                 summarize = self._summarize_fn
@@ -764,19 +825,10 @@ class _AsyncMemory(_Memory):
             finally:
                 self._fold_owner = None
 
-    async def _areplay(self, entries: Iterable[tuple[Any, ...]]) -> None:
-        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
-        for entry in entries:
-            kind = entry[0]
-            if kind == "add":
-                self._append_one(entry[1])
-                await self._prune()
-            elif kind == "extend":
-                await self.extend(entry[1])
-            elif kind == "fold":
-                await self.fold(entry[1])
-            else:
-                self._apply_plain(entry)
+    async def replay(self, changes: Iterable[Change]) -> None:
+        """Apply recorded changes, as :meth:`Memory.replay` does, awaiting the adds and folds."""
+        for method, argument in self._replay_steps(changes):
+            await getattr(self, method)(argument)
 
 
 class Memory(_SyncMemory):
@@ -798,8 +850,9 @@ class Memory(_SyncMemory):
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
         keep = _check_keep_last(keep_last)
-        count = self._run(lambda ledger: ledger.plan_keep_last(keep))
-        self._record("fold", keep)
+        count = self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
+        if not count:
+            self._record(self._fold_record(self._summary, 0, keep))
         return count or 0
 
 

@@ -5,8 +5,9 @@ context manager: the memory is loaded (or created empty) through the user's fact
 supplies all configuration; the store keeps only the state (``to_dict()`` as JSON text).
 When the block exits without an exception the state is saved with a compare-and-set on the
 session's revision. If another writer saved first, the latest state is loaded into the same
-memory object and what the block did (the memory's journal of adds, folds, clears, pins and
-assignments) is replayed on it, then the save is tried again.
+memory object and what the block did (the memory's recorded changes, :mod:`rollmem.changes`:
+adds, folds, clears, pins, assignments) is replayed on it with ``memory.replay``, then the save
+is tried again. Sessions use only the memory's public API.
 
 Both twins run one *flow* per operation: a generator that yields store requests and replays,
 and receives their results. :class:`Sessions` performs them with plain calls,
@@ -26,19 +27,25 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
 from . import _validate as v
+from .changes import Change
 from .errors import ConflictError, InvalidStateError
 from .message import Message
 from .stores._protocol import AsyncStore, Store, StoredSession
 
 __all__ = ["AsyncSessions", "Sessions"]
 
-_Entry = tuple[Any, ...]
-
 
 class _SessionMemory(Protocol):
-    """What a session needs from a memory: every rollmem memory class qualifies."""
+    """What a session needs from a memory (its public API): every rollmem memory class qualifies."""
 
-    _journal: Optional[list[_Entry]]
+    @property
+    def recording(self) -> bool: ...
+
+    def start_recording(self) -> None: ...
+
+    def stop_recording(self) -> tuple[Change, ...]: ...
+
+    def replay(self, changes: Iterable[Change]) -> Any: ...
 
     @property
     def summary(self) -> str: ...
@@ -80,7 +87,7 @@ class _Save:
 @dataclass(frozen=True)
 class _Replay:
     memory: Any
-    entries: tuple[_Entry, ...]
+    entries: tuple[Change, ...]
 
 
 _Request = Union[_Load, _Save, _Replay]
@@ -123,15 +130,13 @@ def _dump(session_id: str, memory: _SessionMemory) -> str:
 
 
 def _restore(memory: _SessionMemory, stored: Optional[StoredSession], session_id: str) -> None:
-    """Put the stored state (empty when ``None``) into ``memory``; nothing changes on error."""
+    """Put the stored state (empty when ``None``) into ``memory``, which is not recording (a load
+    is not something the block did); nothing changes on error."""
     data = _EMPTY if stored is None else _parse(session_id, stored.state)
-    journal, memory._journal = memory._journal, None  # a load is not something the block did
     try:
         memory.restore(data)
     except InvalidStateError as exc:
         raise _named(session_id, exc) from exc
-    finally:
-        memory._journal = journal
 
 
 # -- the live memories this process saved ----------------------------------------------------------
@@ -165,7 +170,7 @@ class _LiveCache:
         if (
             live.revision == stored.revision
             and live.state == stored.state
-            and memory._journal is None
+            and not memory.recording
             and memory.summary == live.summary
             and tuple(memory.buffer) == live.buffer
         ):
@@ -212,7 +217,7 @@ class _Options:
 
 
 class _SessionsBase(Generic[M]):
-    _replay_methods: tuple[str, ...] = ("_replay",)
+    _takes_async_memories = False
 
     def __init__(
         self,
@@ -251,9 +256,10 @@ class _SessionsBase(Generic[M]):
 
     def _new_memory(self) -> M:
         memory = self._factory()
-        if not all(hasattr(memory, name) for name in ("_journal", "to_dict", "restore", "summary", "buffer")):
+        needed = ("start_recording", "stop_recording", "replay", "to_dict", "restore", "summary", "buffer")
+        if not all(hasattr(memory, name) for name in needed):
             raise TypeError(f"factory must return a rollmem memory, got {type(memory).__name__}")
-        if not any(hasattr(memory, name) for name in self._replay_methods):
+        if not self._takes_async_memories and inspect.iscoroutinefunction(memory.replay):
             raise TypeError(f"{type(memory).__name__} is an async memory: use AsyncSessions")
         return memory
 
@@ -267,7 +273,7 @@ class _SessionsBase(Generic[M]):
         memory = self._live.take(session_id, stored)
         if memory is None:
             memory = self._build(session_id, stored)
-        memory._journal = []
+        memory.start_recording()
         return memory, stored
 
     def _snapshot(self, session_id: str) -> _Flow[Optional[M]]:
@@ -276,8 +282,7 @@ class _SessionsBase(Generic[M]):
 
     def _commit(self, session_id: str, memory: M, loaded: Optional[StoredSession]) -> _Flow[None]:
         """Save what the block left in ``memory``; on a conflict reload, replay, try again."""
-        entries = tuple(memory._journal or ())
-        memory._journal = None
+        entries = memory.stop_recording()
         revision = 0 if loaded is None else loaded.revision
         state = _dump(session_id, memory)
         if loaded is not None and state == loaded.state:  # nothing changed: no write
@@ -352,7 +357,7 @@ class Sessions(_SessionsBase[M]):
         try:
             yield memory
         except BaseException:
-            memory._journal = None
+            memory.stop_recording()
             raise
         self._run(self._commit(session_id, memory, loaded))
 
@@ -390,7 +395,7 @@ class Sessions(_SessionsBase[M]):
             return self._store.save(
                 request.session_id, request.state, request.expected_revision, ttl=request.ttl
             )
-        request.memory._replay(request.entries)
+        request.memory.replay(request.entries)
         return None
 
 
@@ -431,7 +436,7 @@ class AsyncSessions(_SessionsBase[M]):
     includes them; a failure of one is raised and nothing is saved.
     """
 
-    _replay_methods = ("_areplay", "_replay")
+    _takes_async_memories = True
 
     def __init__(
         self,
@@ -466,7 +471,7 @@ class AsyncSessions(_SessionsBase[M]):
             yield memory
             await _settle(memory)
         except BaseException:
-            memory._journal = None
+            memory.stop_recording()
             raise
         await self._run(self._commit(session_id, memory, loaded))
 
@@ -505,11 +510,9 @@ class AsyncSessions(_SessionsBase[M]):
                 request.session_id, request.state, request.expected_revision, ttl=request.ttl
             )
         memory = request.memory
-        replay = getattr(memory, "_areplay", None)
-        if replay is not None:
-            await replay(request.entries)
-        else:
-            memory._replay(request.entries)
+        replayed = memory.replay(request.entries)
+        if inspect.isawaitable(replayed):
+            await replayed
         await _settle(memory)
         return None
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar, Optional
 import pytest
 
 from rollmem import Message
+from rollmem.changes import Appended
 from rollmem.errors import InvalidStateError, StateTypeError
 from rollmem.sessions import AsyncSessions, Sessions
 from rollmem.stores import MemoryStore
@@ -190,6 +191,24 @@ class MemoryContract:
         with pytest.raises(InvalidStateError, match="unsupported state version 9"):
             memory.restore({"version": 9, "summary": "", "buffer": []})
         assert memory.to_dict() == big
+
+    def test_recorded_changes_replay_to_the_same_state(self, summarizer: Any) -> None:
+        source = self.make(summarizer)
+        self.call(source, "add_user_message", "first", id="first")
+        options = self.options(self.summarize_fn(summarizer), None)
+        target = self.memory_class.from_dict(source.to_dict(), **options)
+        with source.record() as changes:
+            self.call(source, "add_system_message", "rules", id="rules", pinned=True)
+            for word in WORDS[:5]:
+                self.call(source, "add_user_message", word)
+            self.call(source, "extend", [Message("user", w) for w in WORDS[5:8]])
+            source.unpin("rules")
+            source.summary = source.summary + "!"
+            self.call(source, "add_user_message", "last")
+        assert not source.recording
+        assert isinstance(changes[0], Appended)
+        self.call(target, "replay", changes)
+        assert target.to_dict() == source.to_dict()
 
     def test_clear_empties_summary_and_buffer(self, summarizer: Any) -> None:
         memory = self.make(summarizer)

@@ -22,6 +22,7 @@ from rollmem import (
     TokenCounter,
     WindowMemory,
 )
+from rollmem.changes import Change, Cleared
 from rollmem.counters import chars, words
 from rollmem.memory import AsyncMemory, Memory
 from rollmem.policies import Policy, TokenBudget
@@ -52,6 +53,11 @@ def check_sync_memories() -> None:
     assert_type(memory.target_tokens, int)
     assert_type(WindowMemory(3).max_messages, int)
     memory.max_tokens = 50
+    with memory.record() as changes:
+        memory.add_user_message("x")
+    assert_type(changes, list[Change])
+    assert_type(memory.stop_recording(), tuple[Change, ...])
+    assert_type(RollingMemory().replay(changes), None)
     memory.max_tokens = "50"  # type: ignore[assignment]
     assert_type(RollingMemory.from_dict(memory.to_dict(), max_tokens=100), RollingMemory)
     assert_type(WindowMemory.from_dict(memory.to_dict(), max_messages=3), WindowMemory)
@@ -71,6 +77,7 @@ async def check_async_memories() -> None:
     assert_type(AsyncRollingMemory.from_dict(memory.to_dict()), AsyncRollingMemory)
     assert_type(await AsyncSummaryMemory(summarize).add_user_message("x"), Message)
     assert_type(await AsyncMemory(TokenBudget(10), asummarize).add_user_message("x"), Message)
+    assert_type(await memory.replay([Cleared()]), None)
 
 
 def check_sessions(store: MemoryStore) -> None:
