@@ -11,6 +11,8 @@ Fixtures: ``char_counter`` (``len(text)``), ``word_counter`` (``len(text.split()
 ``recorder`` / ``make_recorder`` (sync), ``async_recorder`` / ``make_async_recorder``
 (pass ``rec.summarize`` to the async classes), ``failing_summarizer``, and ``make_gate`` /
 ``make_async_gate`` (summarizers that block until released, to act while a fold is in flight).
+``async def test_...`` functions run in a fresh event loop (``asyncio.run``), through the
+:func:`pytest_pyfunc_call` hook below: no plugin needed.
 Hypothesis state machines cannot take fixtures: build them inside a test that receives
 ``make_recorder`` / ``make_async_recorder`` (factories returning new recorders).
 """
@@ -18,11 +20,12 @@ Hypothesis state machines cannot take fixtures: build them inside a test that re
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,6 +37,16 @@ settings.register_profile("rollmem", deadline=None, suppress_health_check=[Healt
 settings.load_profile("rollmem")
 
 SEPARATOR = "|"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
+    """Run ``async def`` test functions with ``asyncio.run`` (one fresh loop per test)."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    asyncio.run(pyfuncitem.obj(**arguments))
+    return True
 
 
 class SummarizerDown(RuntimeError):

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import pytest
 
 from rollmem import AsyncRollingMemory, RollingMemory
+from rollmem.changes import Appended, Cleared, Folded, SummaryAssigned
 from rollmem.message import Message, ToolCall
 
 
@@ -34,20 +35,16 @@ def test_max_tokens_is_checked(bad: Any, error: type[Exception]) -> None:
         AsyncRollingMemory(max_tokens=bad)
 
 
-def test_add_helpers(char_counter: Callable[[str], int]) -> None:
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(token_counter=char_counter)
-        call = ToolCall("c1", "f", "1")
-        assert await mem.add_user_message("u", id="1", metadata={"k": 1}) == Message(
-            "user", "u", id="1", metadata={"k": 1}
-        )
-        await mem.add_assistant_message("", tool_calls=[call])
-        await mem.add_tool_message("r", tool_call_id="c1")
-        await mem.add_system_message("s", pinned=True)
-        await mem.add_message("narrator", "n", id="n")
-        return mem
-
-    mem = asyncio.run(main())
+async def test_add_helpers(char_counter: Callable[[str], int]) -> None:
+    mem = AsyncRollingMemory(token_counter=char_counter)
+    call = ToolCall("c1", "f", "1")
+    assert await mem.add_user_message("u", id="1", metadata={"k": 1}) == Message(
+        "user", "u", id="1", metadata={"k": 1}
+    )
+    await mem.add_assistant_message("", tool_calls=[call])
+    await mem.add_tool_message("r", tool_call_id="c1")
+    await mem.add_system_message("s", pinned=True)
+    await mem.add_message("narrator", "n", id="n")
     assert mem.buffer == [
         Message("user", "u", id="1", metadata={"k": 1}),
         Message("assistant", "", tool_calls=(ToolCall("c1", "f", "1"),)),
@@ -57,106 +54,82 @@ def test_add_helpers(char_counter: Callable[[str], int]) -> None:
     ]
 
 
-def test_default_counter_counts_words() -> None:
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(max_tokens=3)
-        await mem.add_user_message("a b")
-        await mem.add_user_message("c d")
-        return mem
-
-    assert contents(asyncio.run(main())) == ["c d"]
+async def test_default_counter_counts_words() -> None:
+    mem = AsyncRollingMemory(max_tokens=3)
+    await mem.add_user_message("a b")
+    await mem.add_user_message("c d")
+    assert contents(mem) == ["c d"]
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
-def test_folds_with_either_kind_of_summarizer(
+async def test_folds_with_either_kind_of_summarizer(
     char_counter: Callable[[str], int], async_recorder: Any, kind: str
 ) -> None:
     summarize = async_recorder.summarize if kind == "async" else async_recorder.__call__
-
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(max_tokens=10, summarize_fn=summarize, token_counter=char_counter)
-        await mem.add_user_message("aaaa")
-        await mem.add_assistant_message("bbbb")
-        await mem.add_user_message("cc")
-        await mem.add_assistant_message("d")
-        return mem
-
-    mem = asyncio.run(main())
+    mem = AsyncRollingMemory(max_tokens=10, summarize_fn=summarize, token_counter=char_counter)
+    await mem.add_user_message("aaaa")
+    await mem.add_assistant_message("bbbb")
+    await mem.add_user_message("cc")
+    await mem.add_assistant_message("d")
     assert async_recorder.calls == [("", (Message("user", "aaaa"), Message("assistant", "bbbb")))]
     assert mem.summary == "aaaa|bbbb"
     assert contents(mem) == ["cc", "d"]
 
 
-def test_failure_keeps_everything(char_counter: Callable[[str], int], async_recorder: Any) -> None:
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(
-            max_tokens=6, summarize_fn=async_recorder.summarize, token_counter=char_counter
-        )
-        await mem.add_user_message("aaa")
-        await mem.add_user_message("bbb")
-        async_recorder.fail = True
-        with pytest.raises(RuntimeError, match="summarizer down"):
-            await mem.add_user_message("ccc")
-        assert contents(mem) == ["aaa", "bbb", "ccc"]
-        assert mem.summary == ""
-        async_recorder.fail = False
-        await mem.add_user_message("ddd")
-        return mem
-
-    mem = asyncio.run(main())
+async def test_failure_keeps_everything(char_counter: Callable[[str], int], async_recorder: Any) -> None:
+    mem = AsyncRollingMemory(max_tokens=6, summarize_fn=async_recorder.summarize, token_counter=char_counter)
+    await mem.add_user_message("aaa")
+    await mem.add_user_message("bbb")
+    async_recorder.fail = True
+    with pytest.raises(RuntimeError, match="summarizer down"):
+        await mem.add_user_message("ccc")
+    assert contents(mem) == ["aaa", "bbb", "ccc"]
+    assert mem.summary == ""
+    async_recorder.fail = False
+    await mem.add_user_message("ddd")
     assert mem.summary == "aaa|bbb"
     assert contents(mem) == ["ccc", "ddd"]
 
 
-def test_non_str_summary_is_refused(char_counter: Callable[[str], int]) -> None:
+async def test_non_str_summary_is_refused(char_counter: Callable[[str], int]) -> None:
     async def bad(summary: str, messages: Sequence[Message]) -> Any:
         return 7
 
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(max_tokens=3, summarize_fn=bad, token_counter=char_counter)
-        await mem.add_user_message("ab")
-        with pytest.raises(TypeError, match="str"):
-            await mem.add_user_message("cd")
-        return mem
-
-    mem = asyncio.run(main())
+    mem = AsyncRollingMemory(max_tokens=3, summarize_fn=bad, token_counter=char_counter)
+    await mem.add_user_message("ab")
+    with pytest.raises(TypeError, match="str"):
+        await mem.add_user_message("cd")
     assert contents(mem) == ["ab", "cd"]
     assert mem.summary == ""
 
 
-def test_bad_input_changes_nothing() -> None:
+async def test_bad_input_changes_nothing() -> None:
     def counter(text: str) -> int:
         return -1 if text == "negative" else 1
 
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(token_counter=counter)
-        await mem.add_user_message("ok")
-        with pytest.raises(TypeError, match="role"):
-            await mem.add_message(None, "x")  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="token_counter"):
-            await mem.add_user_message("negative")
-        with pytest.raises(TypeError, match=r"messages\[0\]"):
-            await mem.extend(["x"])  # type: ignore[list-item]
-        return mem
-
-    assert contents(asyncio.run(main())) == ["ok"]
+    mem = AsyncRollingMemory(token_counter=counter)
+    await mem.add_user_message("ok")
+    with pytest.raises(TypeError, match="role"):
+        await mem.add_message(None, "x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="token_counter"):
+        await mem.add_user_message("negative")
+    with pytest.raises(TypeError, match=r"messages\[0\]"):
+        await mem.extend(["x"])  # type: ignore[list-item]
+    assert contents(mem) == ["ok"]
 
 
-def test_async_on_evict_is_awaited(char_counter: Callable[[str], int]) -> None:
+async def test_async_on_evict_is_awaited(char_counter: Callable[[str], int]) -> None:
     seen: list[list[str]] = []
 
     async def on_evict(messages: Sequence[Message]) -> None:
         await asyncio.sleep(0)
         seen.append([m.content for m in messages])
 
-    async def main() -> None:
-        mem = AsyncRollingMemory(max_tokens=2, token_counter=char_counter, on_evict=on_evict)
-        await mem.add_user_message("a")
-        await mem.add_user_message("b")
-        await mem.add_user_message("c")
-        assert seen == [["a"]]
-
-    asyncio.run(main())
+    mem = AsyncRollingMemory(max_tokens=2, token_counter=char_counter, on_evict=on_evict)
+    await mem.add_user_message("a")
+    await mem.add_user_message("b")
+    await mem.add_user_message("c")
+    assert seen == [["a"]]
 
 
 def test_usable_from_successive_event_loops(char_counter: Callable[[str], int], recorder: Any) -> None:
@@ -183,18 +156,14 @@ def test_state_moves_between_the_twins(char_counter: Callable[[str], int]) -> No
     assert back.buffer == sync.buffer
 
 
-def test_fold_and_extend(async_recorder: Any, char_counter: Callable[[str], int]) -> None:
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(
-            max_tokens=100, summarize_fn=async_recorder.summarize, token_counter=char_counter
-        )
-        assert await mem.extend([Message("user", c) for c in "abcd"]) is None
-        assert async_recorder.calls == []
-        assert await mem.fold(keep_last=1) == 3
-        assert await mem.fold(keep_last=1) == 0
-        return mem
-
-    mem = asyncio.run(main())
+async def test_fold_and_extend(async_recorder: Any, char_counter: Callable[[str], int]) -> None:
+    mem = AsyncRollingMemory(
+        max_tokens=100, summarize_fn=async_recorder.summarize, token_counter=char_counter
+    )
+    assert await mem.extend([Message("user", c) for c in "abcd"]) is None
+    assert async_recorder.calls == []
+    assert await mem.fold(keep_last=1) == 3
+    assert await mem.fold(keep_last=1) == 0
     assert mem.summary == "a|b|c"
     assert contents(mem) == ["d"]
     assert len(async_recorder.calls) == 1
@@ -208,62 +177,53 @@ class _AsyncCall:
         return summary + "".join(m.content for m in messages)
 
 
-def test_an_object_with_async_call_is_awaited(char_counter: Callable[[str], int]) -> None:
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(max_tokens=2, summarize_fn=_AsyncCall(), token_counter=char_counter)
-        for c in "abcd":
-            await mem.add_user_message(c)
-        return mem
-
-    mem = asyncio.run(main())
+async def test_an_object_with_async_call_is_awaited(char_counter: Callable[[str], int]) -> None:
+    mem = AsyncRollingMemory(max_tokens=2, summarize_fn=_AsyncCall(), token_counter=char_counter)
+    for c in "abcd":
+        await mem.add_user_message(c)
     assert (mem.summary, contents(mem)) == ("ab", ["c", "d"])
 
 
-def test_journal_and_areplay(char_counter: Callable[[str], int]) -> None:
-    async def main() -> None:
-        def summarize(summary: str, messages: Sequence[Message]) -> str:
-            return summary + "*" * len(messages)
+async def test_record_and_replay(char_counter: Callable[[str], int]) -> None:
+    def summarize(summary: str, messages: Sequence[Message]) -> str:
+        return summary + "*" * len(messages)
 
-        source = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
-        source._journal = []
+    source = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
+    with source.record() as changes:
         await source.add_user_message("ab", id="x")
         await source.extend([Message("user", "cd")])
         source.summary = "S"
         source.clear()
         await source.add_user_message("e")
-        assert source._journal == [
-            ("add", Message("user", "ab", id="x")),
-            ("extend", (Message("user", "cd"),)),
-            ("set_summary", "S"),
-            ("clear",),
-            ("add", Message("user", "e")),
-        ]
-        target = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
-        await target._areplay(source._journal)
-        assert (
-            target.to_dict()
-            == source.to_dict()
-            == {"version": 2, "summary": "", "buffer": [{"role": "user", "content": "e"}]}
-        )
+    assert changes == [
+        Appended((Message("user", "ab", id="x"),)),
+        Appended((Message("user", "cd"),)),
+        Folded("*", 1),
+        SummaryAssigned("S"),
+        Cleared(),
+        Appended((Message("user", "e"),)),
+    ]
+    target = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
+    await target.replay(changes)
+    assert (
+        target.to_dict()
+        == source.to_dict()
+        == {"version": 2, "summary": "", "buffer": [{"role": "user", "content": "e"}]}
+    )
 
-    asyncio.run(main())
 
-
-def test_from_dict_takes_the_same_configuration(char_counter: Callable[[str], int], recorder: Any) -> None:
+async def test_from_dict_takes_the_same_configuration(
+    char_counter: Callable[[str], int], recorder: Any
+) -> None:
     data = {"version": 1, "summary": "", "buffer": [{"role": "user", "content": "abc"}]}
-
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory.from_dict(
-            data,
-            max_tokens=4,
-            target_tokens=2,
-            summarize_fn=recorder,
-            token_counter=char_counter,
-            background=True,
-        )
-        await mem.add_user_message("de")
-        await mem.flush()
-        return mem
-
-    mem = asyncio.run(main())
+    mem = AsyncRollingMemory.from_dict(
+        data,
+        max_tokens=4,
+        target_tokens=2,
+        summarize_fn=recorder,
+        token_counter=char_counter,
+        background=True,
+    )
+    await mem.add_user_message("de")
+    await mem.flush()
     assert (mem.summary, contents(mem), mem.target_tokens) == ("abc", ["de"], 2)

@@ -395,7 +395,10 @@ def test_replay_bad_lines(lines: list[str], reason: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["--max-tokens", "10", "--target-tokens", "20"], "rollmem replay: target_tokens must be at most"),
+        (
+            ["--max-tokens", "10", "--target-tokens", "20"],
+            "rollmem replay: target_tokens must be <= max_tokens (10), got 20",
+        ),
         (
             ["--save", "/no/such/folder/state.json"],
             "rollmem replay: cannot save /no/such/folder/state.json: ",

@@ -197,31 +197,29 @@ def test_threaded_folds_are_serialized_and_recut(make_gate: Callable[[], Any]) -
 
 
 @pytest.mark.parametrize("background", [False, True])
-def test_many_tasks_adding_concurrently(make_async_recorder: Callable[..., Any], background: bool) -> None:
+async def test_many_tasks_adding_concurrently(
+    make_async_recorder: Callable[..., Any], background: bool
+) -> None:
     rec = make_async_recorder(yields=3)
     evicted: list[Message] = []
+    mem = AsyncRollingMemory(
+        max_tokens=50,
+        summarize_fn=rec.summarize,
+        token_counter=len,
+        on_evict=evicted.extend,
+        background=background,
+    )
 
-    async def main() -> tuple[AsyncRollingMemory, list[Message]]:
-        mem = AsyncRollingMemory(
-            max_tokens=50,
-            summarize_fn=rec.summarize,
-            token_counter=len,
-            on_evict=evicted.extend,
-            background=background,
-        )
+    async def writer(name: str) -> list[Message]:
+        out = []
+        for i in range(20):
+            out.append(await mem.add_user_message(f"{name}-{i}"))
+            await asyncio.sleep(0)
+        return out
 
-        async def writer(name: str) -> list[Message]:
-            out = []
-            for i in range(20):
-                out.append(await mem.add_user_message(f"{name}-{i}"))
-                await asyncio.sleep(0)
-            return out
-
-        batches = await asyncio.gather(*(writer(f"k{k}") for k in range(50)))
-        await mem.flush()
-        return mem, [m for batch in batches for m in batch]
-
-    mem, added = asyncio.run(main())
+    batches = await asyncio.gather(*(writer(f"k{k}") for k in range(50)))
+    await mem.flush()
+    mem, added = mem, [m for batch in batches for m in batch]
     assert len(added) == 1000
     check_no_loss(added, rec.folded, mem.buffer)
     check_summary_chain(rec, mem.summary)
@@ -229,98 +227,82 @@ def test_many_tasks_adding_concurrently(make_async_recorder: Callable[..., Any],
     assert mem.stats().buffer_tokens <= 50
 
 
-def test_many_tasks_on_async_summary_memory(make_async_recorder: Callable[..., Any]) -> None:
+async def test_many_tasks_on_async_summary_memory(make_async_recorder: Callable[..., Any]) -> None:
     rec = make_async_recorder(yields=2)
+    mem = AsyncSummaryMemory(rec.summarize)
 
-    async def main() -> tuple[AsyncSummaryMemory, list[Message]]:
-        mem = AsyncSummaryMemory(rec.summarize)
+    async def writer(name: str) -> list[Message]:
+        return [await mem.add_user_message(f"{name}-{i}") for i in range(10)]
 
-        async def writer(name: str) -> list[Message]:
-            return [await mem.add_user_message(f"{name}-{i}") for i in range(10)]
-
-        batches = await asyncio.gather(*(writer(f"s{k}") for k in range(20)))
-        return mem, [m for batch in batches for m in batch]
-
-    mem, added = asyncio.run(main())
+    batches = await asyncio.gather(*(writer(f"s{k}") for k in range(20)))
+    mem, added = mem, [m for batch in batches for m in batch]
     assert mem.buffer == []
     check_no_loss(added, rec.folded, mem.buffer)
     check_summary_chain(rec, mem.summary)
 
 
-def test_clear_during_an_async_fold_wins(make_async_gate: Callable[[], Any]) -> None:
-    async def main() -> None:
-        gate = make_async_gate()
-        evicted: list[Sequence[Message]] = []
-        mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=gate.summarize, token_counter=len, on_evict=evicted.append
-        )
-        await mem.add_user_message("a")
-        task = asyncio.ensure_future(mem.add_user_message("b"))
-        await asyncio.wait_for(gate.entered.wait(), WAIT)
-        mem.clear()
-        gate.release.set()
-        assert await asyncio.wait_for(task, WAIT) == Message("user", "b")
-        assert (mem.summary, mem.buffer, evicted) == ("", [], [])
-
-    asyncio.run(main())
+async def test_clear_during_an_async_fold_wins(make_async_gate: Callable[[], Any]) -> None:
+    gate = make_async_gate()
+    evicted: list[Sequence[Message]] = []
+    mem = AsyncRollingMemory(
+        max_tokens=1, summarize_fn=gate.summarize, token_counter=len, on_evict=evicted.append
+    )
+    await mem.add_user_message("a")
+    task = asyncio.ensure_future(mem.add_user_message("b"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    mem.clear()
+    gate.release.set()
+    assert await asyncio.wait_for(task, WAIT) == Message("user", "b")
+    assert (mem.summary, mem.buffer, evicted) == ("", [], [])
 
 
-def test_pin_during_an_async_fold_wins(make_async_gate: Callable[[], Any]) -> None:
-    async def main() -> None:
-        gate = make_async_gate()
-        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gate.summarize, token_counter=len)
-        await mem.add_user_message("a", id="a")
-        task = asyncio.ensure_future(mem.add_user_message("b"))
-        await asyncio.wait_for(gate.entered.wait(), WAIT)
-        mem.pin("a")
-        gate.release.set()
-        await asyncio.wait_for(task, WAIT)
-        assert mem.summary == ""
-        assert mem.buffer == [Message("user", "a", id="a", pinned=True), Message("user", "b")]
-
-    asyncio.run(main())
+async def test_pin_during_an_async_fold_wins(make_async_gate: Callable[[], Any]) -> None:
+    gate = make_async_gate()
+    mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gate.summarize, token_counter=len)
+    await mem.add_user_message("a", id="a")
+    task = asyncio.ensure_future(mem.add_user_message("b"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    mem.pin("a")
+    gate.release.set()
+    await asyncio.wait_for(task, WAIT)
+    assert mem.summary == ""
+    assert mem.buffer == [Message("user", "a", id="a", pinned=True), Message("user", "b")]
 
 
-def test_cancelled_fold_leaves_the_state_untouched(make_async_gate: Callable[[], Any]) -> None:
-    async def main() -> None:
-        gate = make_async_gate()
-        evicted: list[Sequence[Message]] = []
-        mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=gate.summarize, token_counter=len, on_evict=evicted.append
-        )
-        mem.summary = "s"
-        await mem.add_user_message("a")
-        task = asyncio.ensure_future(mem.add_user_message("b"))
-        await asyncio.wait_for(gate.entered.wait(), WAIT)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert gate.cancelled == 1
-        assert (mem.summary, [m.content for m in mem.buffer], evicted) == ("s", ["a", "b"], [])
-        gate.release.set()
-        await asyncio.wait_for(mem.add_user_message("c"), WAIT)  # the fold lock was released
-        assert (mem.summary, [m.content for m in mem.buffer]) == ("s|a|b", ["c"])
-        assert gate.texts == [("s", ["a"]), ("s", ["a", "b"])]
-
-    asyncio.run(main())
+async def test_cancelled_fold_leaves_the_state_untouched(make_async_gate: Callable[[], Any]) -> None:
+    gate = make_async_gate()
+    evicted: list[Sequence[Message]] = []
+    mem = AsyncRollingMemory(
+        max_tokens=1, summarize_fn=gate.summarize, token_counter=len, on_evict=evicted.append
+    )
+    mem.summary = "s"
+    await mem.add_user_message("a")
+    task = asyncio.ensure_future(mem.add_user_message("b"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gate.cancelled == 1
+    assert (mem.summary, [m.content for m in mem.buffer], evicted) == ("s", ["a", "b"], [])
+    gate.release.set()
+    await asyncio.wait_for(mem.add_user_message("c"), WAIT)  # the fold lock was released
+    assert (mem.summary, [m.content for m in mem.buffer]) == ("s|a|b", ["c"])
+    assert gate.texts == [("s", ["a"]), ("s", ["a", "b"])]
 
 
-def test_async_folds_are_serialized_and_recut(make_async_gate: Callable[[], Any]) -> None:
-    async def main() -> None:
-        gate = make_async_gate()
-        mem = AsyncRollingMemory(max_tokens=2, summarize_fn=gate.summarize, token_counter=len)
-        await mem.add_user_message("a")
-        await mem.add_user_message("b")
-        first = asyncio.ensure_future(mem.add_user_message("c"))
-        await asyncio.wait_for(gate.entered.wait(), WAIT)
-        second = asyncio.ensure_future(mem.add_user_message("d"))
-        for _ in range(10):
-            await asyncio.sleep(0)
-        assert len(gate.calls) == 1
-        assert [m.content for m in mem.buffer] == ["a", "b", "c", "d"]
-        gate.release.set()
-        await asyncio.wait_for(asyncio.gather(first, second), WAIT)
-        assert gate.texts == [("", ["a"]), ("a", ["b"])]
-        assert (mem.summary, [m.content for m in mem.buffer]) == ("a|b", ["c", "d"])
-
-    asyncio.run(main())
+async def test_async_folds_are_serialized_and_recut(make_async_gate: Callable[[], Any]) -> None:
+    gate = make_async_gate()
+    mem = AsyncRollingMemory(max_tokens=2, summarize_fn=gate.summarize, token_counter=len)
+    await mem.add_user_message("a")
+    await mem.add_user_message("b")
+    first = asyncio.ensure_future(mem.add_user_message("c"))
+    await asyncio.wait_for(gate.entered.wait(), WAIT)
+    second = asyncio.ensure_future(mem.add_user_message("d"))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert len(gate.calls) == 1
+    assert [m.content for m in mem.buffer] == ["a", "b", "c", "d"]
+    gate.release.set()
+    await asyncio.wait_for(asyncio.gather(first, second), WAIT)
+    assert gate.texts == [("", ["a"]), ("a", ["b"])]
+    assert (mem.summary, [m.content for m in mem.buffer]) == ("a|b", ["c", "d"])

@@ -72,7 +72,7 @@ def test_chars_matches_the_formula(text: str, per_token: float) -> None:
 
 @pytest.mark.parametrize("per_token", [0, -1, 0.0, float("nan"), float("inf")])
 def test_chars_rejects_a_non_positive_or_infinite_ratio(per_token: float) -> None:
-    with pytest.raises(ValueError, match="per_token: must be a positive finite number"):
+    with pytest.raises(ValueError, match="per_token must be a finite number > 0"):
         chars(per_token)
 
 
@@ -110,7 +110,7 @@ def test_importing_the_helpers_does_not_import_optional_packages() -> None:
     ("kwargs", "error", "message"),
     [
         ({"encoding": "cl100k_base", "model": "gpt-4"}, ValueError, "either encoding or model, not both"),
-        ({"overhead": -1}, ValueError, "overhead: must be >= 0, got -1"),
+        ({"overhead": -1}, ValueError, "overhead must be >= 0, got -1"),
         ({"overhead": True}, TypeError, "overhead: expected int, got bool"),
         ({"overhead": 1.5}, TypeError, "overhead: expected int, got float"),
         ({"encoding": 5}, TypeError, "encoding: expected str, got int"),

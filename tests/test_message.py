@@ -15,7 +15,15 @@ from rollmem.message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall, me
 
 def test_role_constants() -> None:
     assert (USER, ASSISTANT, SYSTEM, TOOL) == ("user", "assistant", "system", "tool")
-    assert sorted(message_module.__all__) == ["ASSISTANT", "Message", "SYSTEM", "TOOL", "ToolCall", "USER"]
+    assert sorted(message_module.__all__) == [
+        "ASSISTANT",
+        "Message",
+        "SYSTEM",
+        "TOOL",
+        "ToolCall",
+        "USER",
+        "message_from_dict",
+    ]
 
 
 # --- ToolCall ---------------------------------------------------------------------------------

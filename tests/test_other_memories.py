@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import pytest
 
 from rollmem import AsyncSummaryMemory, BufferMemory, SummaryMemory, WindowMemory
+from rollmem.changes import Appended, Dropped, Folded, Pinned
 from rollmem.message import Message, ToolCall
 
 
@@ -272,59 +272,45 @@ def test_summary_memory_keeps_pinned_messages(recorder: Any) -> None:
 # --- AsyncSummaryMemory ----------------------------------------------------------------------------------
 
 
-def test_async_summary_memory_with_a_coroutine_summarizer(async_recorder: Any) -> None:
-    async def main() -> AsyncSummaryMemory:
-        mem = AsyncSummaryMemory(async_recorder.summarize)
-        assert await mem.add_user_message("a") == Message("user", "a")
-        await mem.add_assistant_message("b")
-        await mem.add_system_message("c")
-        await mem.add_tool_message("d", tool_call_id="x")
-        await mem.add_message("narrator", "e")
-        await mem.extend([Message("user", "f"), Message("user", "g")])
-        return mem
-
-    mem = asyncio.run(main())
+async def test_async_summary_memory_with_a_coroutine_summarizer(async_recorder: Any) -> None:
+    mem = AsyncSummaryMemory(async_recorder.summarize)
+    assert await mem.add_user_message("a") == Message("user", "a")
+    await mem.add_assistant_message("b")
+    await mem.add_system_message("c")
+    await mem.add_tool_message("d", tool_call_id="x")
+    await mem.add_message("narrator", "e")
+    await mem.extend([Message("user", "f"), Message("user", "g")])
     assert mem.summary == "a|b|c|d|e|f|g"
     assert mem.buffer == []
     assert mem.get_messages() == [Message("system", "a|b|c|d|e|f|g")]
     assert len(async_recorder.calls) == 6
 
 
-def test_async_summary_memory_with_a_plain_summarizer(recorder: Any) -> None:
-    async def main() -> AsyncSummaryMemory:
-        mem = AsyncSummaryMemory(recorder)
-        await mem.add_user_message("a")
+async def test_async_summary_memory_with_a_plain_summarizer(recorder: Any) -> None:
+    mem = AsyncSummaryMemory(recorder)
+    await mem.add_user_message("a")
+    await mem.add_user_message("b")
+    assert mem.summary == "a|b"
+
+
+async def test_async_summary_memory_failure_then_recovery(async_recorder: Any) -> None:
+    mem = AsyncSummaryMemory(async_recorder.summarize)
+    await mem.add_user_message("a")
+    async_recorder.fail = True
+    with pytest.raises(RuntimeError, match="summarizer down"):
         await mem.add_user_message("b")
-        return mem
-
-    assert asyncio.run(main()).summary == "a|b"
-
-
-def test_async_summary_memory_failure_then_recovery(async_recorder: Any) -> None:
-    async def main() -> None:
-        mem = AsyncSummaryMemory(async_recorder.summarize)
-        await mem.add_user_message("a")
-        async_recorder.fail = True
-        with pytest.raises(RuntimeError, match="summarizer down"):
-            await mem.add_user_message("b")
-        assert mem.get_messages() == [Message("system", "a"), Message("user", "b")]
-        async_recorder.fail = False
-        await mem.add_user_message("c")
-        assert mem.summary == "a|b|c"
-        assert await mem.fold() == 0
-
-    asyncio.run(main())
+    assert mem.get_messages() == [Message("system", "a"), Message("user", "b")]
+    async_recorder.fail = False
+    await mem.add_user_message("c")
+    assert mem.summary == "a|b|c"
+    assert await mem.fold() == 0
     assert [len(batch) for _, batch in async_recorder.calls] == [1, 1, 2]
 
 
-def test_async_summary_memory_fold_after_failure(async_recorder: Any) -> None:
-    async def main() -> AsyncSummaryMemory:
-        mem = AsyncSummaryMemory.from_dict(state(["a", "b"]), summarize_fn=async_recorder.summarize)
-        assert mem.buffer == [Message("user", "a"), Message("user", "b")]
-        assert await mem.fold(keep_last=1) == 1
-        return mem
-
-    mem = asyncio.run(main())
+async def test_async_summary_memory_fold_after_failure(async_recorder: Any) -> None:
+    mem = AsyncSummaryMemory.from_dict(state(["a", "b"]), summarize_fn=async_recorder.summarize)
+    assert mem.buffer == [Message("user", "a"), Message("user", "b")]
+    assert await mem.fold(keep_last=1) == 1
     assert mem.to_dict() == state(["b"], "a")
 
 
@@ -362,7 +348,7 @@ def test_every_class_round_trips_the_same_state(cls: Any, config: dict[str, Any]
     assert len(mem.get_messages()) == 5
 
 
-# --- the journal hook (private, used by rollmem.sessions) ----------------------------------------------
+# --- the change record (rollmem.changes, used by rollmem.sessions) ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -370,38 +356,37 @@ def test_every_class_round_trips_the_same_state(cls: Any, config: dict[str, Any]
     [lambda: BufferMemory(), lambda: WindowMemory(2), lambda: SummaryMemory(lambda s, m: s + str(len(m)))],
     ids=["BufferMemory", "WindowMemory", "SummaryMemory"],
 )
-def test_journal_and_replay(make: Any) -> None:
+def test_record_and_replay(make: Any) -> None:
     source = make()
-    source._journal = []
-    first = source.add_user_message("a", id="a", pinned=True)
-    source.add_assistant_message("b")
-    source.unpin("a")
-    source.pin("a")
-    source.extend([Message("user", "c")])
-    source.add_user_message("d")
-    assert source._journal[0] == ("add", first)
-    assert [entry[0] for entry in source._journal] == ["add", "add", "unpin", "pin", "extend", "add"]
+    with source.record() as changes:
+        first = source.add_user_message("a", id="a", pinned=True)
+        source.add_assistant_message("b")
+        source.unpin("a")
+        source.pin("a")
+        source.extend([Message("user", "c")])
+        source.add_user_message("d")
+    assert changes[0] == Appended((first,))
+    kinds = [type(change).__name__ for change in changes if not isinstance(change, (Folded, Dropped))]
+    assert kinds == ["Appended", "Appended", "Pinned", "Pinned", "Appended", "Appended"]
     target = make()
-    target._replay(source._journal)
+    target.replay(changes)
     assert target.to_dict() == source.to_dict()
 
 
-def test_async_journal_and_areplay(recorder: Any) -> None:
-    async def main() -> None:
-        source = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
-        source._journal = []
+async def test_async_record_and_replay(recorder: Any) -> None:
+    source = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
+    with source.record() as changes:
         await source.add_user_message("a", id="a", pinned=True)
         await source.add_user_message("b")
         source.unpin("a")
         await source.fold()
-        assert source._journal == [
-            ("add", Message("user", "a", id="a", pinned=True)),
-            ("add", Message("user", "b")),
-            ("unpin", "a"),
-            ("fold", 0),
-        ]
-        target = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
-        await target._areplay(source._journal)
-        assert target.to_dict() == source.to_dict() == {"version": 2, "summary": "11", "buffer": []}
-
-    asyncio.run(main())
+    assert changes == [
+        Appended((Message("user", "a", id="a", pinned=True),)),
+        Appended((Message("user", "b"),)),
+        Folded("1", 1),
+        Pinned("a", False),
+        Folded("11", 1, keep_last=0),
+    ]
+    target = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
+    await target.replay(changes)
+    assert target.to_dict() == source.to_dict() == {"version": 2, "summary": "11", "buffer": []}

@@ -146,7 +146,7 @@ def buffers(draw: Any, min_size: int = 0, max_size: int = 9) -> list[Message]:
             )
         )
         c = draw(st.integers(0, 5))
-        pinned = draw(st.booleans().filter(lambda b: True)) and draw(st.integers(0, 5)) == 0
+        pinned = draw(st.booleans()) and draw(st.integers(0, 5)) == 0
         role, tool_calls, answers = kind, (), None
         if kind == "call":
             role = "assistant"

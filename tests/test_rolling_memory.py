@@ -10,6 +10,16 @@ from typing import Any, Callable
 import pytest
 
 from rollmem import RollingMemory
+from rollmem.changes import (
+    Appended,
+    BufferAssigned,
+    Cleared,
+    Dropped,
+    Folded,
+    Pinned,
+    Restored,
+    SummaryAssigned,
+)
 from rollmem.message import Message, ToolCall
 
 
@@ -440,49 +450,77 @@ def test_a_buffer_holding_a_non_message_is_refused() -> None:
     assert contents(mem) == ["kept", "next"]
 
 
-# --- the journal hook (private, used by rollmem.sessions) --------------------------------------------------
+# --- the change record (rollmem.changes, used by rollmem.sessions) ------------------------------------------
 
 
-def test_journal_records_public_mutations(char_counter: Callable[[str], int], recorder: Any) -> None:
+def test_record_holds_every_change_in_order(char_counter: Callable[[str], int], recorder: Any) -> None:
     mem = RollingMemory(max_tokens=100, summarize_fn=recorder, token_counter=char_counter)
-    assert mem._journal is None
+    assert not mem.recording
     mem.add_user_message("before")
-    mem._journal = []
-    u = mem.add_user_message("hi", id="u1")
-    batch = (Message("assistant", "yo", id="a1"), Message("user", "more"))
-    mem.extend(batch)
-    mem.pin("u1")
-    mem.unpin("u1")
-    assert mem.fold(keep_last=1) == 3
-    mem.summary = "S"
-    mem.buffer = [Message("user", "fresh")]
-    mem.clear()
-    assert mem._journal == [
-        ("add", u),
-        ("extend", batch),
-        ("pin", "u1"),
-        ("unpin", "u1"),
-        ("fold", 1),
-        ("set_summary", "S"),
-        ("set_buffer", (Message("user", "fresh"),)),
-        ("clear",),
+    with mem.record() as changes:
+        assert mem.recording
+        u = mem.add_user_message("hi", id="u1")
+        batch = (Message("assistant", "yo", id="a1"), Message("user", "more"))
+        mem.extend(batch)
+        mem.pin("u1")
+        mem.unpin("u1")
+        assert mem.fold(keep_last=1) == 3
+        mem.summary = "S"
+        mem.buffer = [Message("user", "fresh")]
+        mem.clear()
+        mem.restore({"version": 2, "summary": "R", "buffer": []})
+    assert not mem.recording
+    assert changes == [
+        Appended((u,)),
+        Appended(batch),
+        Pinned("u1", True),
+        Pinned("u1", False),
+        Folded("before|hi|yo", 3, keep_last=1),
+        SummaryAssigned("S"),
+        BufferAssigned((Message("user", "fresh"),)),
+        Cleared(),
+        Restored("R", ()),
     ]
+    assert mem.stop_recording() == ()
+
+
+def test_recording_is_one_at_a_time_and_replay_takes_records_only() -> None:
+    mem = RollingMemory(max_tokens=100)
+    mem.start_recording()
+    with pytest.raises(RuntimeError, match="already recording"):
+        mem.start_recording()
+    mem.add_user_message("x")
+    assert mem.stop_recording() == (Appended((Message("user", "x"),)),)
+    with pytest.raises(TypeError, match=r"^changes\[1\]: expected a rollmem\.changes record, got tuple$"):
+        mem.replay([Cleared(), ("clear",)])  # type: ignore[list-item]
+    assert [m.content for m in mem.buffer] == ["x"]
+
+
+def test_an_automatic_drop_is_recorded_and_left_to_the_target_policy() -> None:
+    source = RollingMemory(max_tokens=2)
+    with source.record() as changes:
+        for word in "abc":
+            source.add_user_message(word)
+    assert changes[-1] == Dropped(1)
+    target = RollingMemory(max_tokens=2)
+    target.replay(changes)
+    assert target.to_dict() == source.to_dict()
 
 
 def test_replay_reapplies_entries_through_the_public_methods(char_counter: Callable[[str], int]) -> None:
     source = RollingMemory(
         max_tokens=6, summarize_fn=lambda s, m: s + "*" * len(m), token_counter=char_counter
     )
-    source._journal = []
-    source.add_user_message("aaa", id="a")
-    source.pin("a")
-    source.extend([Message("user", "bb"), Message("assistant", "cc")])
-    source.add_user_message("dd")
-    source.fold(keep_last=1)
+    with source.record() as changes:
+        source.add_user_message("aaa", id="a")
+        source.pin("a")
+        source.extend([Message("user", "bb"), Message("assistant", "cc")])
+        source.add_user_message("dd")
+        source.fold(keep_last=1)
     target = RollingMemory(
         max_tokens=6, summarize_fn=lambda s, m: s + "*" * len(m), token_counter=char_counter
     )
-    target._replay(source._journal)
+    target.replay(changes)
     assert target.to_dict() == source.to_dict()
     assert target.buffer == [Message("user", "aaa", id="a", pinned=True), Message("user", "dd")]
     assert target.summary == "**"

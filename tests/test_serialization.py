@@ -255,3 +255,21 @@ def test_stats_start_fresh_after_a_load(recorder: Any) -> None:
     stats = mem.stats()
     assert (stats.messages, stats.pinned, stats.folds, stats.summarizer_calls) == (5, 1, 0, 0)
     assert stats.buffer_tokens == sum(len(Message.from_dict(m).token_text()) for m in V2["buffer"])
+
+
+def test_restore_in_a_session_block_is_replayed_on_conflict() -> None:
+    from rollmem.sessions import Sessions
+    from rollmem.stores import MemoryStore
+
+    store = MemoryStore()
+    sessions = Sessions(store, lambda: RollingMemory(max_tokens=100), cache_size=0)
+    state = {"version": 2, "summary": "restored", "buffer": [{"role": "user", "content": "r"}]}
+    with sessions.open("s") as memory:
+        memory.restore(state)
+        memory.add_user_message("after")
+        store.save("s", json.dumps({"version": 2, "summary": "other", "buffer": []}), 0)  # a rival wins
+    saved = sessions.get("s")
+    assert saved is not None
+    assert saved.summary == "restored"
+    assert [m.content for m in saved.buffer] == ["r", "after"]
+    assert sessions.retries == 1

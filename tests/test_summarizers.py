@@ -155,7 +155,7 @@ def test_factory_argument_checks() -> None:
         prompt_summarizer("gpt-4o")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="complete is a coroutine function: use async_prompt_summarizer"):
         prompt_summarizer(Completions().acall)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_summary_tokens: must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_summary_tokens must be > 0, got 0"):
         prompt_summarizer(Completions(), max_summary_tokens=0)
     with pytest.raises(TypeError, match="max_summary_tokens: expected int, got bool"):
         async_prompt_summarizer(Completions().acall, max_summary_tokens=True)
@@ -302,9 +302,9 @@ def test_extractive_is_deterministic_and_counts_with_the_given_counter() -> None
 
 
 def test_extractive_checks_its_arguments() -> None:
-    with pytest.raises(ValueError, match="max_summary_tokens: must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_summary_tokens must be > 0, got 0"):
         extractive_summarizer(0)
-    with pytest.raises(TypeError, match="max_summary_tokens: expected int, got NoneType"):
+    with pytest.raises(TypeError, match="max_summary_tokens: expected int, got None"):
         extractive_summarizer(None)  # type: ignore[arg-type]
 
 

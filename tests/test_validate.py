@@ -99,3 +99,74 @@ def test_get_list_and_mapping() -> None:
 def test_container_getters_report_missing_keys(getter: Callable[..., object]) -> None:
     with pytest.raises(InvalidStateError, match=exactly("a.b: missing required key")):
         getter({}, "b", "a")
+
+
+# --- argument checks: one wording everywhere ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("check", "error", "message"),
+    [
+        (lambda: v.check_int("n", "3"), TypeError, "n: expected int, got str"),
+        (lambda: v.check_int("n", True), TypeError, "n: expected int, got bool"),
+        (lambda: v.check_int("n", None), TypeError, "n: expected int, got None"),
+        (lambda: v.check_int("n", -1, 0), ValueError, "n must be >= 0, got -1"),
+        (lambda: v.check_positive_int("n", 0), ValueError, "n must be > 0, got 0"),
+        (lambda: v.check_positive_number("t", "1"), TypeError, "t: expected a number, got str"),
+        (lambda: v.check_positive_number("t", False), TypeError, "t: expected a number, got bool"),
+        (lambda: v.check_positive_number("t", 0), ValueError, "t must be a finite number > 0, got 0"),
+        (
+            lambda: v.check_positive_number("t", float("nan")),
+            ValueError,
+            "t must be a finite number > 0, got nan",
+        ),
+        (lambda: v.check_positive_number("t", 10**400), ValueError, "t must be a finite number > 0, got "),
+        (lambda: v.check_ttl(True), TypeError, "ttl: expected a number of seconds or None, got bool"),
+        (lambda: v.check_ttl(float("inf")), ValueError, "ttl must be a finite number > 0, got inf"),
+        (lambda: v.check_ttl(-1.5), ValueError, "ttl must be a finite number > 0, got -1.5"),
+        (lambda: v.check_str("s", b"x"), TypeError, "s: expected str, got bytes"),
+        (lambda: v.check_str("s", "", allow_empty=False), ValueError, "s must not be empty"),
+        (lambda: v.check_bool("b", 1), TypeError, "b: expected bool, got int"),
+        (lambda: v.check_callable("f", 3), TypeError, "f: expected a callable, got int"),
+        (
+            lambda: v.check_callable("f", 3, optional=True),
+            TypeError,
+            "f: expected a callable or None, got int",
+        ),
+    ],
+)
+def test_argument_checks_word_errors_one_way(
+    check: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as info:
+        check()
+    assert str(info.value).startswith(message)
+    assert type(info.value) is error
+
+
+def test_argument_checks_return_what_they_accept() -> None:
+    assert v.check_int("n", 0, 0) == 0
+    assert v.check_positive_int("n", 3) == 3
+    assert v.check_positive_number("t", 0.5) == 0.5
+    assert v.check_ttl(None) is None
+    assert v.check_ttl(60) == 60
+    assert v.check_str("s", "") == ""
+    assert v.check_bool("b", False) is False
+    v.check_callable("f", None, optional=True)
+    assert [v.is_int(x) for x in (3, True, 3.0)] == [True, False, False]
+    assert [v.is_number(x) for x in (2.5, 3, False, "1")] == [True, True, False, False]
+
+
+def test_every_ttl_is_checked_alike() -> None:
+    """Sessions refuse at construction what a store would refuse at the first save."""
+    from rollmem import BufferMemory
+    from rollmem.sessions import Sessions
+    from rollmem.stores import MemoryStore
+
+    store = MemoryStore()
+    for ttl in (float("inf"), float("nan"), 0, -1):
+        with pytest.raises(ValueError, match=r"^ttl must be a finite number > 0, got ") as session_error:
+            Sessions(store, BufferMemory, ttl=ttl)
+        with pytest.raises(ValueError, match=r"^ttl must be a finite number > 0, got ") as store_error:
+            store.save("s", "x", 0, ttl=ttl)
+        assert str(session_error.value) == str(store_error.value)

@@ -1,7 +1,19 @@
-"""Typed getters for untrusted mappings: each error names the path of the bad field."""
+"""The one home of argument checks and of typed getters for untrusted mappings.
+
+Every module checks its arguments here, so all of rollmem words its errors one way:
+
+- a wrong type is a ``TypeError``: ``"max_tokens: expected int, got str"``;
+- a wrong value is a ``ValueError``: ``"max_tokens must be > 0, got -1"``.
+
+The getters read saved state and build the path of the bad field into the error
+(``buffer[3].tool_calls[0].id: expected str, got int``), raising
+:class:`~rollmem.errors.InvalidStateError` / :class:`~rollmem.errors.StateTypeError`.
+"""
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -15,6 +27,94 @@ def type_name(value: object) -> str:
     if value is None:
         return "None"
     return type(value).__name__
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an ``int`` and not a ``bool`` (the one place this idiom is written)."""
+    return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is an ``int`` or a ``float``, and not a ``bool``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def type_error(name: str, expected: str, value: object) -> TypeError:
+    """``TypeError("name: expected <expected>, got <type>")``."""
+    return TypeError(f"{name}: expected {expected}, got {type_name(value)}")
+
+
+def value_error(name: str, rule: str, value: object) -> ValueError:
+    """``ValueError("name must be <rule>, got <value>")``."""
+    return ValueError(f"{name} must be {rule}, got {value!r}")
+
+
+def check_int(name: str, value: object, minimum: Optional[int] = None) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``) of at least ``minimum``."""
+    if not is_int(value):
+        raise type_error(name, "int", value)
+    assert isinstance(value, int)
+    if minimum is not None and value < minimum:
+        raise value_error(name, "> 0" if minimum == 1 else f">= {minimum}", value)
+    return value
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` if it is an ``int`` > 0 (a budget, a window, a limit)."""
+    return check_int(name, value, 1)
+
+
+def check_positive_number(name: str, value: object) -> float:
+    """``value`` if it is a finite ``int`` or ``float`` > 0 (not a ``bool``, NaN or infinity)."""
+    if not is_number(value):
+        raise type_error(name, "a number", value)
+    assert isinstance(value, (int, float))
+    try:
+        finite = 0 < float(value) < math.inf
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        raise value_error(name, "a finite number > 0", value)
+    return value
+
+
+def check_ttl(value: object, name: str = "ttl") -> Optional[float]:
+    """A time to live in seconds: ``None`` (never expires) or a finite number > 0."""
+    if value is None:
+        return None
+    if not is_number(value):
+        raise type_error(name, "a number of seconds or None", value)
+    return check_positive_number(name, value)
+
+
+def check_str(name: str, value: object, *, allow_empty: bool = True) -> str:
+    """``value`` if it is a ``str`` (a non-empty one unless ``allow_empty``)."""
+    if not isinstance(value, str):
+        raise type_error(name, "str", value)
+    if not allow_empty and not value:
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a ``bool``."""
+    if not isinstance(value, bool):
+        raise type_error(name, "bool", value)
+    return value
+
+
+def check_callable(name: str, value: object, *, optional: bool = False) -> None:
+    """Raise unless ``value`` is callable (or ``None`` when ``optional``)."""
+    if value is None and optional:
+        return
+    if not callable(value):
+        raise type_error(name, "a callable or None" if optional else "a callable", value)
+
+
+def check_not_coroutine(name: str, value: object, advice: str) -> None:
+    """Raise ``TypeError("name is a coroutine function: <advice>")`` for an ``async def``."""
+    if inspect.iscoroutinefunction(value):
+        raise TypeError(f"{name} is a coroutine function: {advice}")
 
 
 def join(path: str, key: str | int) -> str:
@@ -60,8 +160,8 @@ def get_optional_str(data: Mapping[str, Any], key: str, path: str) -> Optional[s
 
 def get_int(data: Mapping[str, Any], key: str, path: str, default: Any = _MISSING) -> int:
     value = _get(data, key, path, default)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    if is_int(value):
+        return value  # type: ignore[no-any-return]
     raise StateTypeError(join(path, key), f"expected int, got {type_name(value)}")
 
 

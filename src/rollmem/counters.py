@@ -13,13 +13,19 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from . import _validate as v
+from ._types import TokenCounter
 from .errors import MissingExtraError
-from .memory import TokenCounter, words
 
 __all__ = ["DEFAULT_ENCODING", "chars", "tiktoken_counter", "words"]
 
 DEFAULT_ENCODING = "o200k_base"
 """The tiktoken encoding used when neither ``encoding`` nor ``model`` is given (GPT-4o and later)."""
+
+
+def words(text: str) -> int:
+    """The default token counter: the number of whitespace-separated words."""
+    return len(text.split())
 
 
 class _Chars:
@@ -42,11 +48,7 @@ def chars(per_token: float = 4.0) -> TokenCounter:
     ``per_token`` must be a positive finite number, else ``ValueError`` (``TypeError`` if it is not
     a number).
     """
-    if isinstance(per_token, bool) or not isinstance(per_token, (int, float)):
-        raise TypeError(f"per_token: expected a number, got {type(per_token).__name__}")
-    if not (per_token > 0 and math.isfinite(per_token)):
-        raise ValueError(f"per_token: must be a positive finite number, got {per_token!r}")
-    return _Chars(per_token)
+    return _Chars(v.check_positive_number("per_token", per_token))
 
 
 class _Tiktoken:
@@ -88,12 +90,9 @@ def tiktoken_counter(
     if encoding is not None and model is not None:
         raise ValueError("tiktoken_counter: pass either encoding or model, not both")
     for name, value in (("encoding", encoding), ("model", model)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{name}: expected str, got {type(value).__name__}")
-    if isinstance(overhead, bool) or not isinstance(overhead, int):
-        raise TypeError(f"overhead: expected int, got {type(overhead).__name__}")
-    if overhead < 0:
-        raise ValueError(f"overhead: must be >= 0, got {overhead}")
+        if value is not None:
+            v.check_str(name, value)
+    v.check_int("overhead", overhead, 0)
     try:
         import tiktoken
     except ImportError as error:

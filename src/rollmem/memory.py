@@ -1,11 +1,28 @@
 """The memory classes: a running summary plus a verbatim buffer of recent messages.
 
-Every class shares one state (``summary``, ``buffer``), one serialization format and one fold
-*flow*: :meth:`_Memory._begin_fold` plans what leaves, the driver asks for
-``summarize(summary, evicted)``, then :meth:`_Memory._finish_fold` commits (or
-:meth:`_Memory._fail_fold` leaves everything as it was). Every decision lives in those three; the
-sync and async drivers differ only in how they call the summarizer and the hook (await or not).
-Policies differ only in how a message is measured and what a plan cuts.
+**How a memory is built.** Every class is a *policy* composed with a *driver*:
+
+- the policy (:mod:`rollmem.policies`) is the eviction rule, the only one: how much a message
+  costs, when to evict, what leaves (``TokenBudget`` for :class:`RollingMemory`,
+  ``MessageWindow`` for :class:`WindowMemory`, ``FoldAll`` for :class:`SummaryMemory`,
+  ``KeepAll`` for :class:`BufferMemory`);
+- the base :class:`_Memory` holds everything that needs no I/O: state (``summary``, ``buffer``),
+  reads, ``stats()``, serialization (``to_dict``, :meth:`_Memory.from_dict`,
+  :meth:`_Memory.restore`) and the fold *flow*: :meth:`_Memory._begin_fold` asks the policy for a
+  plan, the driver calls ``summarize(summary, evicted)``, :meth:`_Memory._finish_fold` commits
+  (or :meth:`_Memory._fail_fold` leaves everything as it was);
+- the driver holds only the loop around that flow. :class:`_SyncMemory` (plain methods,
+  thread-safe, folds serialized by a thread lock) and :class:`_AsyncMemory` (coroutine methods,
+  folds serialized by an asyncio lock, optionally in a background task) differ in nothing else:
+  one calls the summarizer and the hook, the other awaits them when they return awaitables.
+
+**Changes** are typed records (:mod:`rollmem.changes`): :meth:`_Memory.record` collects what a
+block of work changed, ``replay`` applies it to another memory (used by :mod:`rollmem.sessions`).
+
+**Adding a memory class** takes one policy and a constructor: subclass :class:`Memory` (sync)
+or :class:`AsyncMemory` and pass the policy to ``super().__init__(policy, summarize_fn,
+on_evict=...)``. ``from_dict`` and everything else come from the base (see
+:mod:`rollmem.policies` for a class with a budget in characters).
 """
 
 from __future__ import annotations
@@ -14,21 +31,39 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
+from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, overload
 
 from . import _validate as v
 from ._ledger import Ledger, Plan
+from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
+from .changes import (
+    _CHANGE_TYPES,
+    Appended,
+    BufferAssigned,
+    Change,
+    Cleared,
+    Dropped,
+    Folded,
+    Pinned,
+    Restored,
+    SummaryAssigned,
+)
+from .counters import words
 from .errors import InvalidStateError
 from .message import ASSISTANT, NO_METADATA, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
+from .policies import FoldAll, KeepAll, MessageWindow, Policy, TokenBudget
 
 __all__ = [
+    "AsyncMemory",
     "AsyncRollingMemory",
     "AsyncSummarizeFn",
     "AsyncSummaryMemory",
     "BufferMemory",
     "EvictHook",
+    "Memory",
     "MemoryStats",
     "RollingMemory",
     "SummarizeFn",
@@ -38,25 +73,11 @@ __all__ = [
     "words",
 ]
 
-TokenCounter = Callable[[str], int]
-"""Counts the tokens of a text; must return a non-negative ``int``."""
-SummarizeFn = Callable[[str, Sequence[Message]], str]
-"""``summarize(existing_summary, evicted_messages) -> new_summary``."""
-AsyncSummarizeFn = Callable[[str, Sequence[Message]], Awaitable[str]]
-"""The coroutine form of :data:`SummarizeFn`, accepted by the async classes."""
-EvictHook = Callable[[Sequence[Message]], Any]
-"""Called with the messages that left the buffer, once per committed eviction."""
-
 STATE_VERSION = 2
-DISCARDED = -1  # what a fold flow returns when a change made while it ran won
 _READABLE_VERSIONS = (1, 2)
 
 _M = TypeVar("_M", bound="_Memory")
-
-
-def words(text: str) -> int:
-    """The default token counter: the number of whitespace-separated words."""
-    return len(text.split())
+PlanFn = Callable[[Ledger], Optional[Plan]]
 
 
 @dataclass(frozen=True)
@@ -84,66 +105,99 @@ class MemoryStats:
 class _Fold:
     """A fold between its plan and its commit: what was cut, and what the commit must still find."""
 
-    __slots__ = ("generation", "plan", "summary")
+    __slots__ = ("generation", "keep_last", "plan", "summary")
 
-    def __init__(self, plan: Plan, summary: str, generation: int) -> None:
+    def __init__(self, plan: Plan, summary: str, generation: int, keep_last: Optional[int]) -> None:
         self.plan = plan
         self.summary = summary
         self.generation = generation
+        self.keep_last = keep_last  # set for an explicit fold(keep_last)
 
 
-def _check_callable(name: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"{name}: expected a callable or None, got {type(value).__name__}")
+class _PolicySetting:
+    """A memory's ``int`` attribute that reads and writes (validated) the same attribute of its
+    policy: ``memory.max_tokens = 0`` raises as ``TokenBudget`` does."""
+
+    def __init__(self, name: str, doc: str) -> None:
+        self.name = name
+        self.__doc__ = doc
+
+    @overload
+    def __get__(self, memory: None, owner: type) -> _PolicySetting: ...
+
+    @overload
+    def __get__(self, memory: _Memory, owner: type) -> int: ...
+
+    def __get__(self, memory: Optional[_Memory], owner: type) -> Union[int, _PolicySetting]:
+        if memory is None:
+            return self
+        value: int = getattr(memory._policy, self.name)
+        return value
+
+    def __set__(self, memory: _Memory, value: int) -> None:
+        with memory._lock:
+            setattr(memory._policy, self.name, value)
 
 
-def _check_not_async(name: str, value: object, async_class: str) -> None:
-    if inspect.iscoroutinefunction(value):
-        raise TypeError(f"{name} is a coroutine function; use {async_class} for async callables")
+def _async_advice(cls: type) -> str:
+    twin = getattr(cls, "_async_twin", None)
+    if twin is not None:
+        return f"use {twin.__name__} for async callables"
+    return f"{cls.__name__} calls it synchronously; pass a plain function (AsyncMemory takes coroutines)"
 
 
-def _check_budget(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
-
-
-def _awaitable_result(result: object, async_class: str) -> TypeError:
+def _awaitable_result(result: object, cls: type) -> TypeError:
     close = getattr(result, "close", None)
     if callable(close):
         close()  # a coroutine that is never awaited would warn
-    return TypeError(f"summarize_fn returned an awaitable; use {async_class} for async summarizers")
+    return TypeError(f"summarize_fn returned an awaitable: {_async_advice(cls)}")
+
+
+def _check_summarizer(summarize_fn: object) -> None:
+    if summarize_fn is None:
+        raise ValueError("summarize_fn is required: a summary-only memory has nowhere else to keep turns")
+
+
+def _check_keep_last(keep_last: object) -> int:
+    return v.check_int("keep_last", keep_last, 0)
 
 
 class _Memory:
-    """State, reads, serialization and the fold flow shared by every memory class."""
+    """State, reads, serialization and the fold flow shared by every memory class; the eviction
+    rule is the ``policy`` given to the constructor."""
 
-    _async_twin: ClassVar[str] = "AsyncRollingMemory"
+    _async_twin: ClassVar[Optional[type[_Memory]]] = None
+    """The async class with the same policy, named when a coroutine is passed to a sync class."""
 
     def __init__(
         self,
+        policy: Policy,
         summarize_fn: Optional[Callable[..., Any]] = None,
-        token_counter: Optional[TokenCounter] = None,
         on_evict: Optional[EvictHook] = None,
     ) -> None:
-        _check_callable("summarize_fn", summarize_fn)
-        _check_callable("token_counter", token_counter)
-        _check_callable("on_evict", on_evict)
+        if not isinstance(policy, Policy):
+            raise v.type_error("policy", "a rollmem.policies.Policy", policy)
+        v.check_callable("summarize_fn", summarize_fn, optional=True)
+        v.check_callable("on_evict", on_evict, optional=True)
+        self._policy = policy
+        self._cost = policy.cost
         self._summary = ""
         self._ledger = Ledger()
         self._lock = threading.RLock()
         self._summarize_fn = summarize_fn
-        self._token_counter = token_counter
         self._on_evict = on_evict
         self._generation = 0  # bumped by clear() and by assignments: a fold in flight then loses
         self._counts = dict.fromkeys(
             ("folds", "summarizer_calls", "failed_folds", "messages_summarized", "messages_dropped"), 0
         )
         self._summary_tokens: tuple[str, int] = ("", 0)
-        self._journal: Optional[list[tuple[Any, ...]]] = None
+        self._journal: Optional[list[Change]] = None  # the changes being recorded, if any
         self._counting: set[int] = set()  # threads inside a token_counter call
+
+    @property
+    def policy(self) -> Policy:
+        """The eviction rule of this memory (see :mod:`rollmem.policies`)."""
+        return self._policy
 
     # -- public state -----------------------------------------------------------------------
 
@@ -154,13 +208,11 @@ class _Memory:
 
     @summary.setter
     def summary(self, value: str) -> None:
-        if not isinstance(value, str):
-            raise TypeError(f"summary: expected str, got {type(value).__name__}")
-        v.check_text(value, "summary")
+        v.check_text(v.check_str("summary", value), "summary")
         with self._lock:
             self._summary = value
             self._generation += 1
-            self._record("set_summary", value)
+            self._record(SummaryAssigned(value))
 
     @property
     def buffer(self) -> list[Message]:
@@ -179,44 +231,30 @@ class _Memory:
         with self._lock:
             self._ledger.replace(messages)
             self._generation += 1
-            self._record("set_buffer", tuple(self._ledger.items))
-
-    # -- policy hooks -----------------------------------------------------------------------
-
-    def _counts_tokens(self) -> bool:
-        return False
-
-    def _cost(self, message: Message) -> int:
-        return 0
-
-    def _plan(self) -> Optional[Plan]:
-        return None
-
-    def _needs_fold(self) -> bool:
-        return False
-
-    def _limits(self) -> tuple[Optional[int], Optional[int]]:
-        return None, None
+            self._record(BufferAssigned(tuple(self._ledger.items)))
 
     # -- measuring and appending ------------------------------------------------------------
 
     def _measure(self, message: Message, where: str) -> int:
-        counter = self._token_counter
-        if counter is None:
-            return self._cost(message)
         ident = threading.get_ident()
-        if ident in self._counting:  # the counter called back into this memory
+        counting = self._counting
+        if ident in counting:  # the counter (or the policy's cost rule) called back into this memory
             raise RuntimeError(f"token_counter called back into the memory while measuring {where}")
-        self._counting.add(ident)
+        counting.add(ident)
         try:
-            cost = counter(message.token_text())
+            cost = self._cost(message)
         finally:
-            self._counting.discard(ident)
-        if type(cost) is not int and (isinstance(cost, bool) or not isinstance(cost, int)):
-            raise TypeError(f"token_counter returned {type(cost).__name__} for {where}; expected int")
-        if cost < 0:
-            raise ValueError(f"token_counter returned {cost} for {where}; expected a non-negative int")
+            counting.discard(ident)
+        if (type(cost) is not int and not v.is_int(cost)) or cost < 0:
+            raise self._bad_cost(cost, where)
         return cost
+
+    def _bad_cost(self, cost: object, where: str) -> Exception:
+        policy = self._policy
+        source = "token_counter" if isinstance(policy, TokenBudget) else f"{type(policy).__name__}.cost"
+        if not v.is_int(cost):
+            return TypeError(f"{source} returned {v.type_name(cost)} for {where}; expected int")
+        return ValueError(f"{source} returned {cost} for {where}; expected a non-negative int")
 
     def _measure_at(self, message: Message, position: int) -> int:
         return self._measure(message, f"buffer[{position}]")
@@ -244,7 +282,7 @@ class _Memory:
                 ledger.sync(self._measure_at)
             ledger.append(message, cost)
             if self._journal is not None:
-                self._journal.append(("add", message))
+                self._journal.append(Appended((message,)))
 
     def _append(self, messages: Sequence[Message]) -> None:
         """Count them all, then append them all; a failure appends nothing."""
@@ -254,35 +292,45 @@ class _Memory:
             ledger.sync(self._measure_at)
             for message, cost in zip(messages, costs):
                 ledger.append(message, cost)
-            self._record("extend", tuple(messages))
+            self._record(Appended(tuple(messages)))
 
     @staticmethod
     def _check_batch(messages: Iterable[Message]) -> list[Message]:
         batch = list(messages)
         for index, message in enumerate(batch):
             if not isinstance(message, Message):
-                raise TypeError(f"messages[{index}]: expected Message, got {type(message).__name__}")
+                raise v.type_error(f"messages[{index}]", "Message", message)
         return batch
 
-    def _record(self, *entry: Any) -> None:
+    def _record(self, change: Change) -> None:
         if self._journal is not None:
-            self._journal.append(entry)
+            self._journal.append(change)
+
+    def _fold_record(self, summary: str, removed: int, keep_last: Optional[int]) -> Change:
+        if self._summarize_fn is None:
+            return Dropped(removed, keep_last)
+        return Folded(summary, removed, keep_last)
+
+    def _needs_fold(self) -> bool:
+        """Whether the policy may find something to evict (or the buffer must be recounted)."""
+        ledger = self._ledger
+        return ledger.dirty or self._policy.over(ledger)
 
     # -- the fold flow ----------------------------------------------------------------------
 
-    def _begin_fold(self, plan_fn: Callable[[], Optional[Plan]]) -> Optional[_Fold]:
+    def _begin_fold(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[_Fold]:
         """Plan a fold; ``None`` when there is nothing to cut. The caller holds the fold lock and
         ends the fold with :meth:`_finish_fold` or :meth:`_fail_fold`."""
         ledger = self._ledger
         with self._lock:
             if ledger.dirty:
                 ledger.sync(self._measure_at)
-            plan = plan_fn()
+            plan = plan_fn(ledger)
             if plan is None:
                 return None
             if self._summarize_fn is not None:
                 self._counts["summarizer_calls"] += 1
-            return _Fold(plan, self._summary, self._generation)
+            return _Fold(plan, self._summary, self._generation, keep_last)
 
     def _fail_fold(self, fold: _Fold, error: BaseException) -> None:
         """End a fold whose summarizer call raised (or was cancelled): nothing changes."""
@@ -291,9 +339,9 @@ class _Memory:
             if isinstance(error, Exception):
                 self._counts["failed_folds"] += 1
 
-    def _finish_fold(self, fold: _Fold, new_summary: object) -> int:
+    def _finish_fold(self, fold: _Fold, new_summary: object) -> Optional[int]:
         """Commit a fold with the summarizer's answer; returns how many messages left the buffer,
-        or ``DISCARDED`` when a change made meanwhile (a clear, a pin, an assignment) won."""
+        or ``None`` when a change made meanwhile (a clear, a pin, an assignment) won."""
         if not isinstance(new_summary, str):
             error = TypeError(f"summarize_fn returned {type(new_summary).__name__}; expected str")
             self._fail_fold(fold, error)
@@ -310,13 +358,16 @@ class _Memory:
             ledger = self._ledger
             if fold.generation != self._generation or not ledger.commit(plan):
                 ledger.abort(plan)
-                return DISCARDED
+                return None
             self._summary = new_summary
             counts = self._counts
             counts["folds"] += 1
+            removed = len(plan.messages)
             key = "messages_dropped" if self._summarize_fn is None else "messages_summarized"
-            counts[key] += len(plan.messages)
-        return len(plan.messages)
+            counts[key] += removed
+            if self._journal is not None:
+                self._journal.append(self._fold_record(new_summary, removed, fold.keep_last))
+        return removed
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -338,7 +389,7 @@ class _Memory:
         with self._lock:
             ledger = self._ledger
             ledger.sync(self._measure_at)
-            counts_tokens = self._counts_tokens()
+            counts_tokens = self._policy.counts_tokens
             summary_tokens: Optional[int] = None
             if counts_tokens:
                 text, tokens = self._summary_tokens
@@ -346,7 +397,7 @@ class _Memory:
                     tokens = self._measure(Message(SYSTEM, self._summary), "the summary")
                     self._summary_tokens = (self._summary, tokens)
                 summary_tokens = tokens if self._summary else 0
-            limit, goal = self._limits()
+            limit, goal = self._policy.limits()
             return MemoryStats(
                 messages=len(ledger.items),
                 pinned=ledger.pinned,
@@ -365,7 +416,7 @@ class _Memory:
             self._summary = ""
             self._ledger.clear()
             self._generation += 1
-            self._record("clear")
+            self._record(Cleared())
 
     def pin(self, message_id: str) -> None:
         """Pin every buffer message whose ``id`` is ``message_id``: it will never be evicted."""
@@ -386,21 +437,65 @@ class _Memory:
                 message = ledger.items[position]
                 if message.pinned != pinned:
                     ledger.set_at(position, replace(message, pinned=pinned))
-            self._record("pin" if pinned else "unpin", message_id)
+            self._record(Pinned(message_id, pinned))
 
-    def _apply_plain(self, entry: tuple[Any, ...]) -> None:
-        kind = entry[0]
-        if kind == "clear":
-            self.clear()
-        elif kind in ("pin", "unpin"):
-            with contextlib.suppress(KeyError):  # the message left in the other writer's state
-                self._set_pinned(entry[1], kind == "pin")
-        elif kind == "set_summary":
-            self.summary = entry[1]
-        elif kind == "set_buffer":
-            self.buffer = list(entry[1])
-        else:
-            raise ValueError(f"unknown journal entry {kind!r}")
+    # -- recording and replaying changes ----------------------------------------------------
+
+    @property
+    def recording(self) -> bool:
+        """Whether the changes made to this memory are being recorded (see :meth:`record`)."""
+        return self._journal is not None
+
+    def start_recording(self) -> None:
+        """Record every change from now on, until :meth:`stop_recording`. ``RuntimeError`` if a
+        recording is already running."""
+        with self._lock:
+            if self._journal is not None:
+                raise RuntimeError("this memory is already recording its changes")
+            self._journal = []
+
+    def stop_recording(self) -> tuple[Change, ...]:
+        """End the recording; returns the changes made since :meth:`start_recording`, in order
+        (empty when none was running)."""
+        with self._lock:
+            changes, self._journal = self._journal, None
+        return tuple(changes or ())
+
+    @contextmanager
+    def record(self) -> Iterator[list[Change]]:
+        """``with memory.record() as changes:``: the :mod:`rollmem.changes` records of what the
+        block changes, appended to ``changes`` as they happen (complete when the block exits)."""
+        self.start_recording()
+        changes: list[Change] = []
+        try:
+            yield changes
+        finally:
+            changes.extend(self.stop_recording())
+
+    def _replay_steps(self, changes: Iterable[Change]) -> Iterator[tuple[str, Any]]:
+        """The replay flow: applies the plain changes itself and yields the ``(method, argument)``
+        calls the driver makes (``extend``, ``fold``), awaited or not."""
+        batch = list(changes)
+        for index, change in enumerate(batch):
+            if not isinstance(change, _CHANGE_TYPES):
+                raise v.type_error(f"changes[{index}]", "a rollmem.changes record", change)
+        for change in batch:
+            if isinstance(change, Appended):
+                yield "extend", change.messages
+            elif isinstance(change, (Folded, Dropped)):
+                if change.keep_last is not None and hasattr(self, "fold"):
+                    yield "fold", change.keep_last  # an automatic fold is left to the policy
+            elif isinstance(change, Cleared):
+                self.clear()
+            elif isinstance(change, Pinned):
+                with contextlib.suppress(KeyError):  # the message left in the other writer's state
+                    self._set_pinned(change.message_id, change.pinned)
+            elif isinstance(change, SummaryAssigned):
+                self.summary = change.summary
+            elif isinstance(change, BufferAssigned):
+                self.buffer = list(change.messages)
+            else:
+                self._restore(change.summary, list(change.messages))
 
     # -- serialization ----------------------------------------------------------------------
 
@@ -413,15 +508,32 @@ class _Memory:
                 "buffer": [message.to_dict() for message in self._ledger.items],
             }
 
-    def _load(self: _M, data: object) -> _M:
-        """Restore state verbatim (no pruning, no summarizer call). Nothing changes on error."""
-        summary, messages = parse_state(data)
-        self._summary = summary
-        self._ledger.replace(messages)
-        return self
+    @classmethod
+    def from_dict(cls: type[_M], data: Mapping[str, Any], **options: Any) -> _M:
+        """A new memory built as ``cls(**options)`` (the constructor's keyword arguments), holding
+        the ``to_dict()`` output ``data`` (state versions 1 and 2) verbatim: no pruning, no
+        summarizer call; the policy applies again from the next add. Bad state raises
+        :class:`~rollmem.errors.InvalidStateError` naming the field."""
+        memory = cls(**options)
+        memory.restore(data)
+        return memory
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Replace summary and buffer with the ``to_dict()`` output ``data`` (versions 1 and 2),
+        verbatim: no pruning, no summarizer call. Nothing changes on error; a fold in flight is
+        discarded. The counters of ``stats()`` go on."""
+        summary, messages = _parse_state(data)
+        self._restore(summary, messages)
+
+    def _restore(self, summary: str, messages: list[Message]) -> None:
+        with self._lock:
+            self._summary = summary
+            self._ledger.replace(messages)
+            self._generation += 1
+            self._record(Restored(summary, tuple(messages)))
 
 
-def parse_state(data: object) -> tuple[str, list[Message]]:
+def _parse_state(data: object) -> tuple[str, list[Message]]:
     """Read a saved state (versions 1 and 2) into its summary and messages; errors name the field."""
     data = v.expect_mapping(data, "")
     version = v.get_int(data, "version", "")
@@ -435,75 +547,22 @@ def parse_state(data: object) -> tuple[str, list[Message]]:
     return summary, messages
 
 
-# -- policies: how a message costs and what a plan cuts -----------------------------------------
-
-
-class _Capped(_Memory):
-    """Over a limit, evict whole aligned units down to a goal; the cost rule weighs the units."""
-
-    def _bounds(self) -> tuple[int, int]:
-        """``(limit, goal)`` in the units of :meth:`_Memory._measure`."""
-        raise NotImplementedError
-
-    def _needs_fold(self) -> bool:
-        ledger = self._ledger
-        return ledger.dirty or ledger.total > self._bounds()[0]
-
-    def _plan(self) -> Optional[Plan]:
-        return self._ledger.plan_budget(*self._bounds())
-
-
-class _Budget(_Capped):
-    """Token budget with hysteresis: over ``max_tokens``, evict down to ``target_tokens``."""
-
-    def _setup_budget(self, max_tokens: int, target_tokens: Optional[int]) -> None:
-        self.max_tokens = _check_budget("max_tokens", max_tokens)
-        if target_tokens is None:
-            target_tokens = self.max_tokens
-        self.target_tokens = _check_budget("target_tokens", target_tokens)
-        if self.target_tokens > self.max_tokens:
-            raise ValueError(
-                f"target_tokens must be at most max_tokens ({self.max_tokens}), got {self.target_tokens}"
-            )
-        if self._token_counter is None:
-            self._token_counter = words
-
-    def _counts_tokens(self) -> bool:
-        return True
-
-    def _bounds(self) -> tuple[int, int]:
-        return self.max_tokens, min(self.target_tokens, self.max_tokens)
-
-    def _limits(self) -> tuple[Optional[int], Optional[int]]:
-        return self.max_tokens, self.target_tokens
-
-
-class _Everything(_Memory):
-    """Fold every non-pinned message after each add."""
-
-    def _needs_fold(self) -> bool:
-        ledger = self._ledger
-        return ledger.dirty or len(ledger.items) > ledger.pinned
-
-    def _plan(self) -> Optional[Plan]:
-        return self._ledger.plan_keep_last(0)
-
-
 # -- sync and async drivers ------------------------------------------------------------------
 
 
 class _SyncMemory(_Memory):
-    """Plain methods; thread-safe. Folds are serialized and run outside the state lock."""
+    """The sync driver: plain methods; thread-safe. Folds are serialized and run outside the
+    state lock; ``summarize_fn`` and ``on_evict`` must be plain functions."""
 
     def __init__(
         self,
+        policy: Policy,
         summarize_fn: Optional[SummarizeFn] = None,
-        token_counter: Optional[TokenCounter] = None,
         on_evict: Optional[EvictHook] = None,
     ) -> None:
-        _check_not_async("summarize_fn", summarize_fn, self._async_twin)
-        _check_not_async("on_evict", on_evict, self._async_twin)
-        super().__init__(summarize_fn, token_counter, on_evict)
+        v.check_not_coroutine("summarize_fn", summarize_fn, _async_advice(type(self)))
+        v.check_not_coroutine("on_evict", on_evict, _async_advice(type(self)))
+        super().__init__(policy, summarize_fn, on_evict)
         self._fold_lock = threading.RLock()
 
     def add_message(
@@ -581,14 +640,16 @@ class _SyncMemory(_Memory):
             self._prune()
 
     def _prune(self) -> None:
-        while self._needs_fold() and self._run(self._plan) != 0:
-            pass  # a fold discarded by a change made meanwhile is planned again
+        ledger = self._ledger
+        policy = self._policy
+        while (ledger.dirty or policy.over(ledger)) and self._run(policy.plan) != 0:
+            pass  # a fold discarded (None) by a change made meanwhile is planned again
 
-    def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
+    def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
         with self._fold_lock:
             if self._ledger.in_flight:
                 return 0  # called back from inside this thread's own fold: leave it to that fold
-            fold = self._begin_fold(plan_fn)
+            fold = self._begin_fold(plan_fn, keep_last)
             if fold is None:
                 return 0
             summarize = self._summarize_fn
@@ -598,46 +659,21 @@ class _SyncMemory(_Memory):
                     # a fresh list: a callback that changes what it is given cannot reach the ledger
                     new_summary = summarize(fold.summary, list(fold.plan.messages))
                     if type(new_summary) is not str and inspect.isawaitable(new_summary):
-                        raise _awaitable_result(new_summary, self._async_twin)
+                        raise _awaitable_result(new_summary, type(self))
                 except BaseException as exc:
                     self._fail_fold(fold, exc)
                     raise
             count = self._finish_fold(fold, new_summary)
-            if count > 0 and self._on_evict is not None:
+            if count and self._on_evict is not None:
                 self._on_evict(list(fold.plan.messages))
             return count
 
-    def _replay(self, entries: Iterable[tuple[Any, ...]]) -> None:
-        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
-        for entry in entries:
-            kind = entry[0]
-            if kind == "add":
-                self._append_one(entry[1])
-                self._prune()
-            elif kind == "extend":
-                self.extend(entry[1])
-            elif kind == "fold":
-                getattr(self, "fold")(entry[1])  # noqa: B009 - only summarizing classes journal folds
-            else:
-                self._apply_plain(entry)
-
-
-class _SyncFolding(_SyncMemory):
-    def fold(self, keep_last: int = 0) -> int:
-        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
-        one summarizer call. Returns how many messages left the buffer."""
-        keep = _check_keep_last(keep_last)
-        count = self._run(lambda: self._ledger.plan_keep_last(keep))
-        self._record("fold", keep)
-        return max(count, 0)
-
-
-def _check_keep_last(keep_last: object) -> int:
-    if isinstance(keep_last, bool) or not isinstance(keep_last, int):
-        raise TypeError(f"keep_last: expected int, got {type(keep_last).__name__}")
-    if keep_last < 0:
-        raise ValueError(f"keep_last must be >= 0, got {keep_last}")
-    return keep_last
+    def replay(self, changes: Iterable[Change]) -> None:
+        """Apply recorded changes (see :mod:`rollmem.changes`) through this memory's methods: the
+        appended messages are added and this memory's policy evicts as it would have. A
+        non-record raises ``TypeError`` before anything changes."""
+        for method, argument in self._replay_steps(changes):
+            getattr(self, method)(argument)
 
 
 class _NoLock:
@@ -654,19 +690,18 @@ _NO_LOCK = _NoLock()
 
 
 class _AsyncMemory(_Memory):
-    """Coroutine methods; safe for many tasks on one loop. Folds are serialized."""
+    """The async driver: coroutine methods; safe for many tasks on one loop. Folds are
+    serialized; ``summarize_fn`` and ``on_evict`` may be plain or coroutine functions."""
 
     def __init__(
         self,
+        policy: Policy,
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
-        token_counter: Optional[TokenCounter] = None,
         on_evict: Optional[EvictHook] = None,
         background: bool = False,
     ) -> None:
-        super().__init__(summarize_fn, token_counter, on_evict)
-        if not isinstance(background, bool):
-            raise TypeError(f"background: expected bool, got {type(background).__name__}")
-        self._background = background
+        super().__init__(policy, summarize_fn, on_evict)
+        self._background = v.check_bool("background", background)
         self._fold_lock: Optional[asyncio.Lock] = None
         self._fold_lock_loop: Optional[asyncio.AbstractEventLoop] = None
         self._fold_owner: Optional[asyncio.Task[Any]] = None
@@ -752,9 +787,10 @@ class _AsyncMemory(_Memory):
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
         keep = _check_keep_last(keep_last)
-        count = await self._run(lambda: self._ledger.plan_keep_last(keep))
-        self._record("fold", keep)
-        return max(count, 0)
+        count = await self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
+        if not count:
+            self._record(self._fold_record(self._summary, 0, keep))
+        return count or 0
 
     @property
     def background(self) -> bool:
@@ -789,7 +825,7 @@ class _AsyncMemory(_Memory):
             self._again = True  # if the fold in flight fails, this add gets an attempt of its own
 
     async def _fold_until_settled(self) -> None:
-        while self._needs_fold() and await self._run(self._plan) != 0:
+        while self._needs_fold() and await self._run(self._policy.plan) != 0:
             pass  # a fold discarded by a change made meanwhile is planned again
 
     async def _fold_in_background(self) -> None:
@@ -809,7 +845,7 @@ class _AsyncMemory(_Memory):
             self._fold_lock_loop = loop
         return self._fold_lock
 
-    async def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
+    async def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
         task = asyncio.current_task()
         reentered = self._fold_owner is task  # called back from a summarizer or hook of this task's fold
         if reentered and self._ledger.in_flight:
@@ -817,7 +853,7 @@ class _AsyncMemory(_Memory):
         async with _NO_LOCK if reentered else self._lock_for_loop():  # this task holds the lock already
             owner, self._fold_owner = self._fold_owner, task
             try:
-                fold = self._begin_fold(plan_fn)
+                fold = self._begin_fold(plan_fn, keep_last)
                 if fold is None:
                     return 0
                 summarize = self._summarize_fn
@@ -831,7 +867,7 @@ class _AsyncMemory(_Memory):
                         self._fail_fold(fold, exc)
                         raise
                 count = self._finish_fold(fold, new_summary)
-                if count > 0 and self._on_evict is not None:
+                if count and self._on_evict is not None:
                     outcome = self._on_evict(list(fold.plan.messages))
                     if inspect.isawaitable(outcome):
                         await outcome
@@ -839,33 +875,74 @@ class _AsyncMemory(_Memory):
             finally:
                 self._fold_owner = owner
 
-    async def _areplay(self, entries: Iterable[tuple[Any, ...]]) -> None:
-        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
-        for entry in entries:
-            kind = entry[0]
-            if kind == "add":
-                self._append_one(entry[1])
-                await self._prune()
-            elif kind == "extend":
-                await self.extend(entry[1])
-            elif kind == "fold":
-                await self.fold(entry[1])
-            else:
-                self._apply_plain(entry)
+    async def replay(self, changes: Iterable[Change]) -> None:
+        """Apply recorded changes, as :meth:`Memory.replay` does, awaiting the adds and folds."""
+        for method, argument in self._replay_steps(changes):
+            await getattr(self, method)(argument)
 
 
-# -- the public classes ----------------------------------------------------------------------
+class Memory(_SyncMemory):
+    """A sync memory with any eviction ``policy`` (see :mod:`rollmem.policies`); the base of the
+    sync classes that fold. What the policy evicts is folded into the summary by one
+    ``summarize_fn`` call (dropped when there is none); if it raises, nothing changes and the
+    error propagates. ``on_evict`` is called with what left, after each committed eviction."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        summarize_fn: Optional[SummarizeFn] = None,
+        *,
+        on_evict: Optional[EvictHook] = None,
+    ) -> None:
+        super().__init__(policy, summarize_fn, on_evict)
+
+    def fold(self, keep_last: int = 0) -> int:
+        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
+        one summarizer call. Returns how many messages left the buffer."""
+        keep = _check_keep_last(keep_last)
+        count = self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
+        if not count:
+            self._record(self._fold_record(self._summary, 0, keep))
+        return count or 0
 
 
-class RollingMemory(_Budget, _SyncFolding):
+class AsyncMemory(_AsyncMemory):
+    """:class:`Memory` for async code: the base of the async classes. The ``add_*`` methods,
+    ``extend`` and ``fold`` are coroutines and ``summarize_fn``/``on_evict`` may be async. With
+    ``background=True`` an add returns once the message is appended and the fold runs as a task
+    (see :meth:`flush`); meanwhile the buffer may exceed what the policy allows."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
+        *,
+        on_evict: Optional[EvictHook] = None,
+        background: bool = False,
+    ) -> None:
+        super().__init__(policy, summarize_fn, on_evict, background)
+
+
+Memory._async_twin = AsyncMemory
+
+
+# -- the public classes: a policy and a driver each ---------------------------------------------
+
+
+class RollingMemory(Memory):
     """A running summary plus the most recent turns verbatim, within ``max_tokens``.
 
     After each add that puts the buffer over ``max_tokens``, the oldest whole units go (down to
     ``target_tokens``, default ``max_tokens``), aligned so the buffer does not start with a reply,
     never the newest unit; they are folded into the summary by one ``summarize_fn`` call, or
     dropped without one. If the summarizer raises, nothing changes and the error propagates.
-    Thread-safe.
+    Thread-safe. Policy: :class:`~rollmem.policies.TokenBudget`.
     """
+
+    max_tokens = _PolicySetting("max_tokens", "The token budget of the buffer (an ``int`` > 0); validated.")
+    target_tokens = _PolicySetting(
+        "target_tokens", "Evict down to this many tokens (``0 < target_tokens <= max_tokens``); validated."
+    )
 
     def __init__(
         self,
@@ -876,32 +953,20 @@ class RollingMemory(_Budget, _SyncFolding):
         target_tokens: Optional[int] = None,
         on_evict: Optional[EvictHook] = None,
     ) -> None:
-        super().__init__(summarize_fn, token_counter, on_evict)
-        self._setup_budget(max_tokens, target_tokens)
-
-    @classmethod
-    def from_dict(
-        cls,
-        data: Mapping[str, Any],
-        *,
-        max_tokens: int = 2000,
-        summarize_fn: Optional[SummarizeFn] = None,
-        token_counter: Optional[TokenCounter] = None,
-        target_tokens: Optional[int] = None,
-        on_evict: Optional[EvictHook] = None,
-    ) -> RollingMemory:
-        """Restore ``to_dict()`` output (state versions 1 and 2) verbatim: no pruning, no summarizer
-        call; the budget applies again from the next add."""
-        memory = cls(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens, on_evict=on_evict)
-        return memory._load(data)
+        super().__init__(
+            TokenBudget(max_tokens, target_tokens, token_counter), summarize_fn, on_evict=on_evict
+        )
 
 
-class AsyncRollingMemory(_Budget, _AsyncMemory):
+class AsyncRollingMemory(AsyncMemory):
     """:class:`RollingMemory` for async code: the ``add_*`` methods, ``extend`` and ``fold`` are
     coroutines and ``summarize_fn`` may be async. With ``background=True`` an add returns once the
     message is appended and the fold runs as a task (see :meth:`flush`); meanwhile the context may
     exceed the budget."""
 
+    max_tokens = RollingMemory.max_tokens
+    target_tokens = RollingMemory.target_tokens
+
     def __init__(
         self,
         max_tokens: int = 2000,
@@ -912,95 +977,46 @@ class AsyncRollingMemory(_Budget, _AsyncMemory):
         on_evict: Optional[EvictHook] = None,
         background: bool = False,
     ) -> None:
-        super().__init__(summarize_fn, token_counter, on_evict, background)
-        self._setup_budget(max_tokens, target_tokens)
-
-    @classmethod
-    def from_dict(
-        cls,
-        data: Mapping[str, Any],
-        *,
-        max_tokens: int = 2000,
-        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
-        token_counter: Optional[TokenCounter] = None,
-        target_tokens: Optional[int] = None,
-        on_evict: Optional[EvictHook] = None,
-        background: bool = False,
-    ) -> AsyncRollingMemory:
-        """Restore ``to_dict()`` output verbatim, as :meth:`RollingMemory.from_dict` does."""
-        memory = cls(
-            max_tokens,
+        super().__init__(
+            TokenBudget(max_tokens, target_tokens, token_counter),
             summarize_fn,
-            token_counter,
-            target_tokens=target_tokens,
             on_evict=on_evict,
             background=background,
         )
-        return memory._load(data)
 
 
 class BufferMemory(_SyncMemory):
-    """Keeps every message; never evicts, never summarizes. A loaded summary is kept and shown."""
+    """Keeps every message; never evicts, never summarizes. A loaded summary is kept and shown.
+    Policy: :class:`~rollmem.policies.KeepAll`."""
 
     def __init__(self) -> None:
-        super().__init__()
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BufferMemory:
-        """Restore ``to_dict()`` output verbatim."""
-        return cls()._load(data)
+        super().__init__(KeepAll())
 
 
-class WindowMemory(_Capped, _SyncMemory):
+class WindowMemory(_SyncMemory):
     """The most recent ``max_messages`` messages (whole units, aligned, the newest unit always
-    kept); what leaves is dropped. A loaded summary is kept and shown."""
+    kept); what leaves is dropped. A loaded summary is kept and shown. Policy:
+    :class:`~rollmem.policies.MessageWindow`."""
+
+    max_messages = _PolicySetting("max_messages", "How many messages the window holds (an ``int`` > 0).")
 
     def __init__(self, max_messages: int, *, on_evict: Optional[EvictHook] = None) -> None:
-        super().__init__(on_evict=on_evict)
-        self.max_messages = _check_budget("max_messages", max_messages)
-
-    def _cost(self, message: Message) -> int:
-        return 1
-
-    def _bounds(self) -> tuple[int, int]:
-        return self.max_messages, self.max_messages
-
-    @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], *, max_messages: int, on_evict: Optional[EvictHook] = None
-    ) -> WindowMemory:
-        """Restore ``to_dict()`` output verbatim; the window applies from the next add."""
-        return cls(max_messages, on_evict=on_evict)._load(data)
+        super().__init__(MessageWindow(max_messages), on_evict=on_evict)
 
 
-def _require_summarizer(summarize_fn: object) -> None:
-    if summarize_fn is None:
-        raise ValueError("summarize_fn is required: a summary-only memory has nowhere else to keep turns")
-
-
-class SummaryMemory(_Everything, _SyncFolding):
+class SummaryMemory(Memory):
     """Summary only: every add folds the pending buffer (all but pinned messages) into the summary
-    with one call. If the call fails the message stays in the buffer until the next add folds it."""
-
-    _async_twin = "AsyncSummaryMemory"
+    with one call. If the call fails the message stays in the buffer until the next add folds it.
+    Policy: :class:`~rollmem.policies.FoldAll`."""
 
     def __init__(self, summarize_fn: SummarizeFn, *, on_evict: Optional[EvictHook] = None) -> None:
-        _require_summarizer(summarize_fn)
-        super().__init__(summarize_fn, on_evict=on_evict)
-
-    @classmethod
-    def from_dict(
-        cls, data: Mapping[str, Any], *, summarize_fn: SummarizeFn, on_evict: Optional[EvictHook] = None
-    ) -> SummaryMemory:
-        """Restore ``to_dict()`` output verbatim, without folding."""
-        return cls(summarize_fn, on_evict=on_evict)._load(data)
+        _check_summarizer(summarize_fn)
+        super().__init__(FoldAll(), summarize_fn, on_evict=on_evict)
 
 
-class AsyncSummaryMemory(_Everything, _AsyncMemory):
+class AsyncSummaryMemory(AsyncMemory):
     """:class:`SummaryMemory` for async code, with the concurrency guarantees of
     :class:`AsyncRollingMemory`."""
-
-    _async_twin = "AsyncSummaryMemory"
 
     def __init__(
         self,
@@ -1009,17 +1025,9 @@ class AsyncSummaryMemory(_Everything, _AsyncMemory):
         on_evict: Optional[EvictHook] = None,
         background: bool = False,
     ) -> None:
-        _require_summarizer(summarize_fn)
-        super().__init__(summarize_fn, on_evict=on_evict, background=background)
+        _check_summarizer(summarize_fn)
+        super().__init__(FoldAll(), summarize_fn, on_evict=on_evict, background=background)
 
-    @classmethod
-    def from_dict(
-        cls,
-        data: Mapping[str, Any],
-        *,
-        summarize_fn: Union[SummarizeFn, AsyncSummarizeFn],
-        on_evict: Optional[EvictHook] = None,
-        background: bool = False,
-    ) -> AsyncSummaryMemory:
-        """Restore ``to_dict()`` output verbatim, without folding."""
-        return cls(summarize_fn, on_evict=on_evict, background=background)._load(data)
+
+RollingMemory._async_twin = AsyncRollingMemory
+SummaryMemory._async_twin = AsyncSummaryMemory

@@ -9,7 +9,7 @@ from typing import Any, NoReturn, Optional
 from . import _validate as v
 from .errors import InvalidStateError, StateTypeError
 
-__all__ = ["ASSISTANT", "SYSTEM", "TOOL", "USER", "Message", "ToolCall"]
+__all__ = ["ASSISTANT", "SYSTEM", "TOOL", "USER", "Message", "ToolCall", "message_from_dict"]
 
 USER = "user"
 ASSISTANT = "assistant"
@@ -79,8 +79,7 @@ NO_METADATA: Mapping[str, Any] = _FrozenDict()
 """The shared empty ``Message.metadata``."""
 
 
-def _type_error(name: str, expected: str, value: object) -> TypeError:
-    return TypeError(f"{name}: expected {expected}, got {v.type_name(value)}")
+_type_error = v.type_error
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class RecallIndex:
         batch = list(messages)
         for index, message in enumerate(batch):
             if not isinstance(message, Message):
-                raise TypeError(f"messages[{index}]: expected Message, got {type(message).__name__}")
+                raise v.type_error(f"messages[{index}]", "Message", message)
         with self._lock:
             for message in batch:
                 self._index(message)
@@ -68,7 +68,7 @@ class RecallIndex:
         wanted: list[tuple[str, list[str]]] = []
         for keyword in keywords:
             if not isinstance(keyword, str):
-                raise TypeError(f"keyword: expected str, got {type(keyword).__name__}")
+                raise v.type_error("keyword", "str", keyword)
             parts = _words(keyword)
             if parts:
                 wanted.append((keyword, parts))

@@ -5,8 +5,9 @@ context manager: the memory is loaded (or created empty) through the user's fact
 supplies all configuration; the store keeps only the state (``to_dict()`` as JSON text).
 When the block exits without an exception the state is saved with a compare-and-set on the
 session's revision. If another writer saved first, the latest state is loaded into the same
-memory object and what the block did (the memory's journal of adds, folds, clears, pins and
-assignments) is replayed on it, then the save is tried again.
+memory object and what the block did (the memory's recorded changes, :mod:`rollmem.changes`:
+adds, folds, clears, pins, assignments) is replayed on it with ``memory.replay``, then the save
+is tried again. Sessions use only the memory's public API.
 
 Both twins run one *flow* per operation: a generator that yields store requests and replays,
 and receives their results. :class:`Sessions` performs them with plain calls,
@@ -16,30 +17,35 @@ and receives their results. :class:`Sessions` performs them with plain calls,
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-import sys
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
 from . import _validate as v
+from .changes import Change
 from .errors import ConflictError, InvalidStateError
-from .memory import parse_state
 from .message import Message
 from .stores._protocol import AsyncStore, Store, StoredSession
 
 __all__ = ["AsyncSessions", "Sessions"]
 
-_Entry = tuple[Any, ...]
-
 
 class _SessionMemory(Protocol):
-    """What a session needs from a memory: every rollmem memory class qualifies."""
+    """What a session needs from a memory (its public API): every rollmem memory class qualifies."""
 
-    _journal: Optional[list[_Entry]]
+    @property
+    def recording(self) -> bool: ...
+
+    def start_recording(self) -> None: ...
+
+    def stop_recording(self) -> tuple[Change, ...]: ...
+
+    def replay(self, changes: Iterable[Change]) -> Any: ...
 
     @property
     def summary(self) -> str: ...
@@ -54,6 +60,8 @@ class _SessionMemory(Protocol):
     def buffer(self, messages: Iterable[Message]) -> None: ...
 
     def to_dict(self) -> dict[str, Any]: ...
+
+    def restore(self, data: Mapping[str, Any]) -> None: ...
 
 
 M = TypeVar("M", bound=_SessionMemory)
@@ -79,7 +87,7 @@ class _Save:
 @dataclass(frozen=True)
 class _Replay:
     memory: Any
-    entries: tuple[_Entry, ...]
+    entries: tuple[Change, ...]
 
 
 _Request = Union[_Load, _Save, _Replay]
@@ -104,17 +112,16 @@ def _named(session_id: str, error: InvalidStateError) -> InvalidStateError:
     return named
 
 
-def _parse(session_id: str, text: str) -> tuple[str, list[Message]]:
+_EMPTY: Mapping[str, Any] = {"version": 2, "summary": "", "buffer": []}
+
+
+def _parse(session_id: str, text: str) -> Any:
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except RecursionError as exc:
         raise _named(session_id, InvalidStateError("", "stored state is nested too deeply")) from exc
     except ValueError as exc:
         raise _named(session_id, InvalidStateError("", f"stored state is not valid JSON: {exc}")) from exc
-    try:
-        return parse_state(data)
-    except InvalidStateError as exc:
-        raise _named(session_id, exc) from exc
 
 
 def _dump(session_id: str, memory: _SessionMemory) -> str:
@@ -125,14 +132,13 @@ def _dump(session_id: str, memory: _SessionMemory) -> str:
 
 
 def _restore(memory: _SessionMemory, stored: Optional[StoredSession], session_id: str) -> None:
-    """Put the stored state (empty when ``None``) into ``memory``; nothing changes on error."""
-    summary, messages = ("", []) if stored is None else _parse(session_id, stored.state)
-    journal, memory._journal = memory._journal, None  # a load is not something the block did
+    """Put the stored state (empty when ``None``) into ``memory``, which is not recording (a load
+    is not something the block did); nothing changes on error."""
+    data = _EMPTY if stored is None else _parse(session_id, stored.state)
     try:
-        memory.summary = summary
-        memory.buffer = messages
-    finally:
-        memory._journal = journal
+        memory.restore(data)
+    except InvalidStateError as exc:
+        raise _named(session_id, exc) from exc
 
 
 # -- the live memories this process saved ----------------------------------------------------------
@@ -166,7 +172,7 @@ class _LiveCache:
         if (
             live.revision == stored.revision
             and live.state == stored.state
-            and memory._journal is None
+            and not memory.recording
             and memory.summary == live.summary
             and tuple(memory.buffer) == live.buffer
         ):
@@ -192,32 +198,28 @@ class _LiveCache:
 
 
 def _check_session_id(session_id: object) -> str:
-    if not isinstance(session_id, str):
-        raise TypeError(f"session_id: expected str, got {type(session_id).__name__}")
-    if not session_id:
-        raise ValueError("session_id must not be empty")
-    return v.check_text(session_id, "session_id")
+    return v.check_text(v.check_str("session_id", session_id, allow_empty=False), "session_id")
 
 
-def _check_options(ttl: object, max_retries: object, cache_size: object) -> None:
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float))):
-        raise TypeError(f"ttl: expected a number of seconds or None, got {type(ttl).__name__}")
-    if ttl is not None and not ttl > 0:
-        raise ValueError(f"ttl must be > 0 seconds, got {ttl}")
-    if ttl is not None and not ttl < sys.float_info.max:  # inf, or an int no store can keep
-        raise ValueError(f"ttl must be a finite number of seconds, got {ttl!r:.40}")
-    for name, value in (("max_retries", max_retries), ("cache_size", cache_size)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name}: expected int, got {type(value).__name__}")
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+@dataclass(frozen=True)
+class _Options:
+    """The settings of a sessions object, validated once, together."""
+
+    ttl: Optional[float]
+    max_retries: int
+    cache_size: int
+
+    def __post_init__(self) -> None:
+        v.check_ttl(self.ttl)
+        v.check_int("max_retries", self.max_retries, 0)
+        v.check_int("cache_size", self.cache_size, 0)
 
 
 # -- the shared logic -------------------------------------------------------------------------------
 
 
 class _SessionsBase(Generic[M]):
-    _replay_methods: tuple[str, ...] = ("_replay",)
+    _takes_async_memories = False
 
     def __init__(
         self,
@@ -228,11 +230,9 @@ class _SessionsBase(Generic[M]):
     ) -> None:
         if not callable(factory):
             raise TypeError(f"factory: expected a callable returning a memory, got {type(factory).__name__}")
-        _check_options(ttl, max_retries, cache_size)
+        self._options = options = _Options(ttl, max_retries, cache_size)
         self._factory = factory
-        self._ttl = ttl
-        self._max_retries = max_retries
-        self._live = _LiveCache(cache_size)
+        self._live = _LiveCache(options.cache_size)
         self._retries = 0
         self._retries_lock = threading.Lock()
 
@@ -244,12 +244,12 @@ class _SessionsBase(Generic[M]):
     @property
     def ttl(self) -> Optional[float]:
         """Seconds after its last save that a session expires (``None``: never)."""
-        return self._ttl
+        return self._options.ttl
 
     @property
     def max_retries(self) -> int:
         """How many times a save that lost a compare-and-set is replayed before ``ConflictError``."""
-        return self._max_retries
+        return self._options.max_retries
 
     @property
     def retries(self) -> int:
@@ -258,9 +258,10 @@ class _SessionsBase(Generic[M]):
 
     def _new_memory(self) -> M:
         memory = self._factory()
-        if not all(hasattr(memory, name) for name in ("_journal", "to_dict", "summary", "buffer")):
+        needed = ("start_recording", "stop_recording", "replay", "to_dict", "restore", "summary", "buffer")
+        if not all(hasattr(memory, name) for name in needed):
             raise TypeError(f"factory must return a rollmem memory, got {type(memory).__name__}")
-        if not any(hasattr(memory, name) for name in self._replay_methods):
+        if not self._takes_async_memories and inspect.iscoroutinefunction(memory.replay):
             raise TypeError(f"{type(memory).__name__} is an async memory: use AsyncSessions")
         return memory
 
@@ -274,7 +275,7 @@ class _SessionsBase(Generic[M]):
         memory = self._live.take(session_id, stored)
         if memory is None:
             memory = self._build(session_id, stored)
-        memory._journal = []
+        memory.start_recording()
         return memory, stored
 
     def _snapshot(self, session_id: str) -> _Flow[Optional[M]]:
@@ -283,8 +284,7 @@ class _SessionsBase(Generic[M]):
 
     def _commit(self, session_id: str, memory: M, loaded: Optional[StoredSession]) -> _Flow[None]:
         """Save what the block left in ``memory``; on a conflict reload, replay, try again."""
-        entries = tuple(memory._journal or ())
-        memory._journal = None
+        entries = memory.stop_recording()
         revision = 0 if loaded is None else loaded.revision
         state = _dump(session_id, memory)
         if loaded is not None and state == loaded.state:  # nothing changed: no write
@@ -293,9 +293,9 @@ class _SessionsBase(Generic[M]):
         retries = 0
         while True:
             try:
-                revision = yield _Save(session_id, state, revision, self._ttl)
+                revision = yield _Save(session_id, state, revision, self._options.ttl)
             except ConflictError as exc:
-                if retries >= self._max_retries:
+                if retries >= self._options.max_retries:
                     raise ConflictError(
                         f"session {session_id!r}: not saved after {retries} retries; "
                         "other writers kept saving first"
@@ -359,7 +359,7 @@ class Sessions(_SessionsBase[M]):
         try:
             yield memory
         except BaseException:
-            memory._journal = None
+            memory.stop_recording()
             raise
         self._run(self._commit(session_id, memory, loaded))
 
@@ -397,7 +397,7 @@ class Sessions(_SessionsBase[M]):
             return self._store.save(
                 request.session_id, request.state, request.expected_revision, ttl=request.ttl
             )
-        request.memory._replay(request.entries)
+        request.memory.replay(request.entries)
         return None
 
 
@@ -438,7 +438,7 @@ class AsyncSessions(_SessionsBase[M]):
     includes them; a failure of one is raised and nothing is saved.
     """
 
-    _replay_methods = ("_areplay", "_replay")
+    _takes_async_memories = True
 
     def __init__(
         self,
@@ -473,7 +473,7 @@ class AsyncSessions(_SessionsBase[M]):
             yield memory
             await _settle(memory)
         except BaseException:
-            memory._journal = None
+            memory.stop_recording()
             raise
         await self._run(self._commit(session_id, memory, loaded))
 
@@ -512,11 +512,9 @@ class AsyncSessions(_SessionsBase[M]):
                 request.session_id, request.state, request.expected_revision, ttl=request.ttl
             )
         memory = request.memory
-        replay = getattr(memory, "_areplay", None)
-        if replay is not None:
-            await replay(request.entries)
-        else:
-            memory._replay(request.entries)
+        replayed = memory.replay(request.entries)
+        if inspect.isawaitable(replayed):
+            await replayed
         await _settle(memory)
         return None
 

@@ -17,7 +17,9 @@ from collections.abc import Awaitable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
-from .memory import AsyncSummarizeFn, SummarizeFn, TokenCounter, words
+from . import _validate as v
+from ._types import AsyncSummarizeFn, SummarizeFn, TokenCounter
+from .counters import words
 from .message import Message
 
 __all__ = [
@@ -123,31 +125,24 @@ def _newest_suffix(text: str, limit: int, counter: TokenCounter) -> str:
 
 
 def _check_limit(max_summary_tokens: int) -> int:
-    if isinstance(max_summary_tokens, bool) or not isinstance(max_summary_tokens, int):
-        raise TypeError(f"max_summary_tokens: expected int, got {type(max_summary_tokens).__name__}")
-    if max_summary_tokens < 1:
-        raise ValueError(f"max_summary_tokens: must be >= 1, got {max_summary_tokens}")
-    return max_summary_tokens
+    return v.check_positive_int("max_summary_tokens", max_summary_tokens)
 
 
 def _check_counter(token_counter: Optional[TokenCounter]) -> TokenCounter:
     if token_counter is None:
         return words
-    if not callable(token_counter):
-        raise TypeError(f"token_counter: expected a callable, got {type(token_counter).__name__}")
+    v.check_callable("token_counter", token_counter)
     return token_counter
 
 
 def _check_callable(name: str, value: object, *, coroutine_hint: Optional[str]) -> None:
-    if not callable(value):
-        raise TypeError(f"{name}: expected a callable, got {type(value).__name__}")
-    if coroutine_hint is not None and inspect.iscoroutinefunction(value):
-        raise TypeError(f"{name} is a coroutine function: use {coroutine_hint}")
+    v.check_callable(name, value)
+    if coroutine_hint is not None:
+        v.check_not_coroutine(name, value, f"use {coroutine_hint}")
 
 
 def _check_template(template: str) -> str:
-    if not isinstance(template, str):
-        raise TypeError(f"template: expected str, got {type(template).__name__}")
+    v.check_str("template", template)
     try:
         fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as error:
@@ -348,8 +343,7 @@ def _reporter(on_error: Optional[Callable[[Exception], object]]) -> Callable[[Ex
             logger.debug("the summarizer's error", exc_info=error)
 
         return log
-    if not callable(on_error):
-        raise TypeError(f"on_error: expected a callable, got {type(on_error).__name__}")
+    v.check_callable("on_error", on_error)
     return on_error
 
 

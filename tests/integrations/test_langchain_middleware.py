@@ -232,11 +232,11 @@ def ids(messages: Sequence[Any]) -> list[Any]:
 
 
 def test_arguments_are_checked_as_rolling_memory_checks_them() -> None:
-    with pytest.raises(ValueError, match="max_tokens must be positive, got 0"):
+    with pytest.raises(ValueError, match="max_tokens must be > 0, got 0"):
         RollingMemoryMiddleware(0)
     with pytest.raises(TypeError, match="max_tokens: expected int, got str"):
         RollingMemoryMiddleware("10")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"target_tokens must be at most max_tokens \(10\), got 11"):
+    with pytest.raises(ValueError, match=r"target_tokens must be <= max_tokens \(10\), got 11"):
         RollingMemoryMiddleware(10, target_tokens=11)
     with pytest.raises(TypeError, match="summarize_fn: expected a callable or None, got str"):
         RollingMemoryMiddleware(10, "summarize")  # type: ignore[arg-type]

@@ -208,7 +208,7 @@ def test_is_an_agents_session() -> None:
     [
         ({"session_id": 3}, TypeError, "session_id: expected str, got int"),
         ({"session_id": ""}, ValueError, "session_id must not be empty"),
-        ({"session_id": "s", "max_tokens": 0}, ValueError, "max_tokens must be positive, got 0"),
+        ({"session_id": "s", "max_tokens": 0}, ValueError, "max_tokens must be > 0, got 0"),
         ({"session_id": "s", "store": object()}, TypeError, "store: expected a rollmem AsyncStore or Store"),
     ],
 )
@@ -394,7 +394,7 @@ def test_limit_returns_the_newest_whole_units() -> None:
     assert get(0) == []
     with pytest.raises(ValueError, match=r"^limit must be >= 0, got -1$"):
         get(-1)
-    with pytest.raises(TypeError, match=r"^limit: expected int or None, got str$"):
+    with pytest.raises(TypeError, match=r"^limit: expected int, got str$"):
         get("2")
 
 

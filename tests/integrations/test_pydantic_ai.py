@@ -536,9 +536,9 @@ def test_a_history_that_is_not_model_messages_is_refused(recorder: Any) -> None:
 
 
 def test_bad_arguments_raise_at_once() -> None:
-    with pytest.raises(ValueError, match="max_tokens must be positive"):
+    with pytest.raises(ValueError, match="max_tokens must be > 0"):
         rolling_history(0)
-    with pytest.raises(ValueError, match="target_tokens must be at most max_tokens"):
+    with pytest.raises(ValueError, match="target_tokens must be <= max_tokens"):
         rolling_history(10, target_tokens=20)
     with pytest.raises(TypeError, match="summarize_fn: expected a callable"):
         rolling_history(10, "nope")  # type: ignore[arg-type]

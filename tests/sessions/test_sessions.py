@@ -527,7 +527,7 @@ def test_bad_arguments_are_refused() -> None:
         Sessions(store, BufferMemory())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^ttl: "):
         Sessions(store, BufferMemory, ttl=True)
-    with pytest.raises(ValueError, match=r"^ttl must be > 0 seconds, got 0$"):
+    with pytest.raises(ValueError, match=r"^ttl must be a finite number > 0, got 0$"):
         Sessions(store, BufferMemory, ttl=0)
     with pytest.raises(ValueError, match=r"^max_retries must be >= 0, got -1$"):
         Sessions(store, BufferMemory, max_retries=-1)

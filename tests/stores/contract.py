@@ -292,30 +292,30 @@ class _Contract:
     @scenario
     def test_bad_arguments_raise_and_write_nothing(self) -> Scenario:
         bad_saves: list[tuple[type[Exception], str, tuple[Any, ...]]] = [
-            (TypeError, "session_id must be a str, got int", (7, "x", 0)),
+            (TypeError, "session_id: expected str, got int", (7, "x", 0)),
             (ValueError, "session_id must not be empty", ("", "x", 0)),
             (ValueError, "session_id must not contain NUL", ("a\x00b", "x", 0)),
             (ValueError, "session_id must be valid Unicode", ("\ud800", "x", 0)),
-            (TypeError, "state must be a str, got bytes", ("s", b"x", 0)),
+            (TypeError, "state: expected str, got bytes", ("s", b"x", 0)),
             (ValueError, "state must not contain NUL", ("s", "a\x00", 0)),
-            (TypeError, "expected_revision must be an int, got bool", ("s", "x", False)),
-            (TypeError, "expected_revision must be an int, got float", ("s", "x", 0.0)),
+            (TypeError, "expected_revision: expected int, got bool", ("s", "x", False)),
+            (TypeError, "expected_revision: expected int, got float", ("s", "x", 0.0)),
             (ValueError, "expected_revision must be >= 0, got -1", ("s", "x", -1)),
-            (TypeError, "ttl must be None or a number of seconds, got str", ("s", "x", 0, "5")),
-            (TypeError, "ttl must be None or a number of seconds, got bool", ("s", "x", 0, True)),
-            (ValueError, "ttl must be a positive finite number of seconds, got 0", ("s", "x", 0, 0)),
-            (ValueError, "ttl must be a positive", ("s", "x", 0, -1.5)),
-            (ValueError, "ttl must be a positive", ("s", "x", 0, float("nan"))),
-            (ValueError, "ttl must be a positive", ("s", "x", 0, float("inf"))),
-            (ValueError, "ttl must be a positive", ("s", "x", 0, 10**400)),
+            (TypeError, "ttl: expected a number of seconds or None, got str", ("s", "x", 0, "5")),
+            (TypeError, "ttl: expected a number of seconds or None, got bool", ("s", "x", 0, True)),
+            (ValueError, "ttl must be a finite number > 0, got 0", ("s", "x", 0, 0)),
+            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, -1.5)),
+            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, float("nan"))),
+            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, float("inf"))),
+            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, 10**400)),
         ]
         for error, message, args in bad_saves:
             with pytest.raises(error, match=re.escape(message)):
                 yield call("save", *args)
         for method in ("load", "delete"):
-            with pytest.raises(TypeError, match="session_id must be a str, got None"):
+            with pytest.raises(TypeError, match="session_id: expected str, got None"):
                 yield call(method, None)
-        with pytest.raises(TypeError, match="prefix must be a str, got bytes"):
+        with pytest.raises(TypeError, match="prefix: expected str, got bytes"):
             yield call("ids", b"s")
         assert (yield call("ids")) == []
 

@@ -197,10 +197,10 @@ def test_malicious_or_odd_table_names_are_rejected(dsn: str, table: str) -> None
 
 
 def test_table_name_type_and_timeout_are_checked(dsn: str) -> None:
-    with pytest.raises(TypeError, match="table must be a str, got bytes"):
+    with pytest.raises(TypeError, match="table: expected str, got bytes"):
         PostgresStore(dsn, table=b"t")  # type: ignore[arg-type]
     for timeout in (0, -1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        with pytest.raises(ValueError, match="timeout must be a finite number > 0"):
             PostgresStore(dsn, timeout=timeout)
 
 

@@ -151,7 +151,7 @@ def test_default_prefix(url: str, client: redis.Redis) -> None:
     ("prefix", "error", "message"),
     [
         ("", ValueError, "prefix must not be empty"),
-        (b"x:", TypeError, "prefix must be a str, got bytes"),
+        (b"x:", TypeError, "prefix: expected str, got bytes"),
         ("a\x00", ValueError, "prefix must not contain NUL"),
     ],
 )

@@ -285,8 +285,8 @@ def test_a_writer_killed_mid_stream_leaves_the_last_commit(db_path: Path) -> Non
     ("kwargs", "error", "message"),
     [
         ({"path": b"x.db"}, TypeError, "path must be a str or an os.PathLike of str, got bytes"),
-        ({"timeout": "1"}, TypeError, "timeout must be a number of seconds, got str"),
-        ({"timeout": True}, TypeError, "timeout must be a number of seconds, got bool"),
+        ({"timeout": "1"}, TypeError, "timeout: expected a number of seconds, got str"),
+        ({"timeout": True}, TypeError, "timeout: expected a number of seconds, got bool"),
         ({"timeout": -1}, ValueError, "timeout must be between 0 and 2000000 seconds, got -1"),
         ({"timeout": 3e6}, ValueError, "timeout must be between 0 and 2000000 seconds, got 3000000.0"),
         ({"timeout": float("nan")}, ValueError, "timeout must be between 0 and 2000000 seconds, got nan"),

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Callable, Optional, Union
 
+from .. import _validate as v
 from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, to_openai_responses
 from ..errors import MissingExtraError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
@@ -98,11 +99,7 @@ def _units(messages: Sequence[Message]) -> list[list[Message]]:
 def _check_limit(limit: object) -> Optional[int]:
     if limit is None:
         return None
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit: expected int or None, got {type(limit).__name__}")
-    if limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
-    return limit
+    return v.check_int("limit", limit, 0)
 
 
 class RollingSession:

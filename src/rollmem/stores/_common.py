@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
+from .. import _validate as v
 from ..errors import ConflictError
 
 __all__ = ["check_prefix", "check_save", "check_session_id", "conflict", "is_expired", "shown"]
 
 
-def _type_name(value: object) -> str:
-    return "None" if value is None else type(value).__name__
-
-
 def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {_type_name(value)}")
-    if not allow_empty and not value:
-        raise ValueError(f"{name} must not be empty")
+    v.check_str(name, value, allow_empty=allow_empty)
+    assert isinstance(value, str)
     if "\x00" in value:
         raise ValueError(f"{name} must not contain NUL characters")
     try:
@@ -42,19 +36,8 @@ def check_save(session_id: object, state: object, expected_revision: object, ttl
     """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``save`` call."""
     check_session_id(session_id)
     _check_text(state, "state", allow_empty=True)
-    if isinstance(expected_revision, bool) or not isinstance(expected_revision, int):
-        raise TypeError(f"expected_revision must be an int, got {_type_name(expected_revision)}")
-    if expected_revision < 0:
-        raise ValueError(f"expected_revision must be >= 0, got {expected_revision}")
-    if ttl is not None:
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
-            raise TypeError(f"ttl must be None or a number of seconds, got {_type_name(ttl)}")
-        try:
-            finite = 0 < float(ttl) < math.inf
-        except OverflowError:
-            finite = False
-        if not finite:
-            raise ValueError(f"ttl must be a positive finite number of seconds, got {ttl!r}")
+    v.check_int("expected_revision", expected_revision, 0)
+    v.check_ttl(ttl)
 
 
 def is_expired(expires_at: Optional[float], now: float) -> bool:

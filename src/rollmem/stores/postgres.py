@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
+from .. import _validate as v
 from ..errors import MissingExtraError, StoreUnavailableError
 from ._common import check_prefix, check_save, check_session_id, conflict, shown
 from ._protocol import StoredSession
@@ -53,8 +54,7 @@ def _import_driver() -> ModuleType:
 
 
 def _check_table(table: object) -> list[str]:
-    if not isinstance(table, str):
-        raise TypeError(f"table must be a str, got {type(table).__name__}")
+    table = v.check_str("table", table)
     parts = table.split(".")
     if len(parts) > 2 or not all(_IDENTIFIER.match(part) for part in parts):
         raise ValueError(
@@ -170,8 +170,7 @@ class PostgresStore:
         import psycopg_pool
 
         parts = _check_table(table)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        v.check_positive_number("timeout", timeout)
         self._table = table
         self._sql = _statements(psycopg, parts)
         self._timeout = float(timeout)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Optional, Union
 
+from .. import _validate as v
 from ..errors import StoreUnavailableError
 from ._common import check_prefix, check_save, check_session_id, conflict, is_expired
 from ._protocol import StoredSession
@@ -83,8 +84,8 @@ class SQLiteStore:
         path = os.fspath(path)
         if not isinstance(path, str):
             raise TypeError(f"path must be a str or an os.PathLike of str, got {type(path).__name__}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+        if not v.is_number(timeout):
+            raise v.type_error("timeout", "a number of seconds", timeout)
         if not 0 <= timeout <= _MAX_TIMEOUT:
             raise ValueError(f"timeout must be between 0 and {_MAX_TIMEOUT:.0f} seconds, got {timeout!r}")
         self.path = path
@@ -236,7 +237,7 @@ class SQLiteStore:
         if row is None or is_expired(row[2], time.time()):
             return None
         state, revision = row[0], row[1]
-        if not isinstance(state, str) or isinstance(revision, bool) or not isinstance(revision, int):
+        if not isinstance(state, str) or not v.is_int(revision):
             raise StoreUnavailableError(
                 f"{self!r}: the row of session {session_id!r} is corrupt "
                 f"(state {type(state).__name__}, revision {revision!r})"

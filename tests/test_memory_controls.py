@@ -1,4 +1,4 @@
-"""Issue 3: target_tokens, pins, on_evict, stats, fold, extend and background folding."""
+"""The memory controls: target_tokens, pins, on_evict, stats, fold, extend and background folding."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def short_summary(summary: str, messages: Sequence[Message]) -> str:
     return str(int(summary or "0") + len(messages))
 
 
-# --- 1. target_tokens -------------------------------------------------------------------------------------
+# --- target_tokens -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("cls", [RollingMemory, AsyncRollingMemory])
@@ -104,7 +104,7 @@ def test_half_target_cuts_summarizer_calls_at_least_four_times() -> None:
     assert default >= 4 * half, (default, half)
 
 
-# --- 2. pins ----------------------------------------------------------------------------------------------
+# --- pins ----------------------------------------------------------------------------------------------
 
 
 def test_every_add_helper_takes_pinned() -> None:
@@ -203,7 +203,7 @@ def test_window_and_summary_memories_never_drop_pins(recorder: Any) -> None:
     assert summary.fold() == 0
 
 
-# --- 3. on_evict -------------------------------------------------------------------------------------------
+# --- on_evict -------------------------------------------------------------------------------------------
 
 
 def test_on_evict_sees_the_committed_state(char_counter: Callable[[str], int], recorder: Any) -> None:
@@ -270,20 +270,18 @@ def test_on_evict_runs_for_dropped_messages_and_summary_memory(recorder: Any) ->
     assert folded == [["x"], ["y"]]
 
 
-def test_async_on_evict_error_keeps_the_fold(char_counter: Callable[[str], int], async_recorder: Any) -> None:
+async def test_async_on_evict_error_keeps_the_fold(
+    char_counter: Callable[[str], int], async_recorder: Any
+) -> None:
     async def on_evict(messages: Sequence[Message]) -> None:
         raise LookupError("archive offline")
 
-    async def main() -> AsyncRollingMemory:
-        mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=async_recorder.summarize, token_counter=char_counter, on_evict=on_evict
-        )
-        await mem.add_user_message("a")
-        with pytest.raises(LookupError, match="archive offline"):
-            await mem.add_user_message("b")
-        return mem
-
-    mem = asyncio.run(main())
+    mem = AsyncRollingMemory(
+        max_tokens=1, summarize_fn=async_recorder.summarize, token_counter=char_counter, on_evict=on_evict
+    )
+    await mem.add_user_message("a")
+    with pytest.raises(LookupError, match="archive offline"):
+        await mem.add_user_message("b")
     assert (mem.summary, contents(mem)) == ("a", ["b"])
 
 
@@ -292,7 +290,7 @@ def test_on_evict_must_be_callable() -> None:
         RollingMemory(on_evict="nope")  # type: ignore[arg-type]
 
 
-# --- 5. stats and fold --------------------------------------------------------------------------------------
+# --- stats and fold --------------------------------------------------------------------------------------
 
 
 def test_memory_stats_is_a_frozen_value() -> None:
@@ -440,7 +438,7 @@ def test_fold_counts_and_hook(char_counter: Callable[[str], int], recorder: Any)
     assert len(recorder.calls) == 2
 
 
-# --- 6. extend ----------------------------------------------------------------------------------------------
+# --- extend ----------------------------------------------------------------------------------------------
 
 
 def test_extend_loads_a_long_history_with_one_summarizer_call(recorder: Any) -> None:
@@ -501,107 +499,88 @@ def test_extend_failure_leaves_the_appended_state(char_counter: Callable[[str], 
     assert recorder.calls == [("", (Message("user", "a"),))]
 
 
-# --- 7. background folding ------------------------------------------------------------------------------
+# --- background folding ------------------------------------------------------------------------------
 
 
-def test_background_add_returns_before_the_fold(
+async def test_background_add_returns_before_the_fold(
     char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
 ) -> None:
-    async def main() -> None:
-        gated = make_async_gate()
-        mem = AsyncRollingMemory(
-            max_tokens=2, summarize_fn=gated.summarize, token_counter=char_counter, background=True
-        )
-        await mem.add_user_message("a")
-        await mem.add_user_message("b")
-        await asyncio.wait_for(mem.add_user_message("c"), timeout=5)
-        await asyncio.wait_for(gated.entered.wait(), timeout=5)
-        assert mem.get_messages() == [Message("user", "a"), Message("user", "b"), Message("user", "c")]
-        await mem.add_user_message("d")
-        assert contents(mem) == ["a", "b", "c", "d"]
-        gated.release.set()
-        await mem.flush()
-        assert gated.max_active == 1
-        assert mem.summary + "|" + "|".join(contents(mem)) == "a|b|c|d"
-        assert mem.stats().buffer_tokens <= 2
-        assert gated.texts[0] == ("", ["a"])
-
-    asyncio.run(main())
+    gated = make_async_gate()
+    mem = AsyncRollingMemory(
+        max_tokens=2, summarize_fn=gated.summarize, token_counter=char_counter, background=True
+    )
+    await mem.add_user_message("a")
+    await mem.add_user_message("b")
+    await asyncio.wait_for(mem.add_user_message("c"), timeout=5)
+    await asyncio.wait_for(gated.entered.wait(), timeout=5)
+    assert mem.get_messages() == [Message("user", "a"), Message("user", "b"), Message("user", "c")]
+    await mem.add_user_message("d")
+    assert contents(mem) == ["a", "b", "c", "d"]
+    gated.release.set()
+    await mem.flush()
+    assert gated.max_active == 1
+    assert mem.summary + "|" + "|".join(contents(mem)) == "a|b|c|d"
+    assert mem.stats().buffer_tokens <= 2
+    assert gated.texts[0] == ("", ["a"])
 
 
-def test_background_clear_wins(
+async def test_background_clear_wins(
     char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
 ) -> None:
-    async def main() -> None:
-        gated = make_async_gate()
-        mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter, background=True
-        )
-        await mem.add_user_message("a")
-        await mem.add_user_message("b")
-        await asyncio.wait_for(gated.entered.wait(), timeout=5)
-        mem.clear()
-        gated.release.set()
-        await mem.flush()
-        assert (mem.summary, mem.buffer) == ("", [])
-
-    asyncio.run(main())
+    gated = make_async_gate()
+    mem = AsyncRollingMemory(
+        max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter, background=True
+    )
+    await mem.add_user_message("a")
+    await mem.add_user_message("b")
+    await asyncio.wait_for(gated.entered.wait(), timeout=5)
+    mem.clear()
+    gated.release.set()
+    await mem.flush()
+    assert (mem.summary, mem.buffer) == ("", [])
 
 
-def test_flush_without_folds_returns() -> None:
-    async def main() -> None:
-        mem = AsyncRollingMemory(background=True)
-        await mem.flush()
-        await mem.add_user_message("a")
-        await mem.flush()
-        assert contents(mem) == ["a"]
-
-    asyncio.run(main())
+async def test_flush_without_folds_returns() -> None:
+    mem = AsyncRollingMemory(background=True)
+    await mem.flush()
+    await mem.add_user_message("a")
+    await mem.flush()
+    assert contents(mem) == ["a"]
 
 
-def test_foreground_add_waits_for_the_fold(
+async def test_foreground_add_waits_for_the_fold(
     char_counter: Callable[[str], int], make_async_gate: Callable[[], Any]
 ) -> None:
-    async def main() -> None:
-        gated = make_async_gate()
-        mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter)
-        await mem.add_user_message("a")
-        task = asyncio.ensure_future(mem.add_user_message("b"))
-        await asyncio.wait_for(gated.entered.wait(), timeout=5)
-        assert not task.done()
-        gated.release.set()
-        await task
-        assert (mem.summary, contents(mem)) == ("a", ["b"])
-
-    asyncio.run(main())
+    gated = make_async_gate()
+    mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gated.summarize, token_counter=char_counter)
+    await mem.add_user_message("a")
+    task = asyncio.ensure_future(mem.add_user_message("b"))
+    await asyncio.wait_for(gated.entered.wait(), timeout=5)
+    assert not task.done()
+    gated.release.set()
+    await task
+    assert (mem.summary, contents(mem)) == ("a", ["b"])
 
 
 @pytest.mark.parametrize("action", ["clear", "pin", "assign"])
-def test_background_adds_after_a_discarded_fold_are_still_folded(
+async def test_background_adds_after_a_discarded_fold_are_still_folded(
     action: str, make_async_gate: Callable[[], Any]
 ) -> None:
     """A clear/pin/assignment discards the fold in flight; the adds that follow it still get folded."""
-
-    async def main() -> AsyncRollingMemory:
-        gated = make_async_gate()
-        mem = AsyncRollingMemory(
-            max_tokens=1, summarize_fn=gated.summarize, token_counter=len, background=True
-        )
-        await mem.add_user_message("a", id="a")
-        await mem.add_user_message("b", id="b")
-        await asyncio.wait_for(gated.entered.wait(), timeout=5)
-        if action == "clear":
-            mem.clear()
-        elif action == "pin":
-            mem.pin("b")
-        else:
-            mem.buffer = list(mem.buffer)
-        await mem.add_user_message("c")
-        await mem.add_user_message("d")
-        gated.release.set()
-        await mem.flush()
-        return mem
-
-    mem = asyncio.run(main())
+    gated = make_async_gate()
+    mem = AsyncRollingMemory(max_tokens=1, summarize_fn=gated.summarize, token_counter=len, background=True)
+    await mem.add_user_message("a", id="a")
+    await mem.add_user_message("b", id="b")
+    await asyncio.wait_for(gated.entered.wait(), timeout=5)
+    if action == "clear":
+        mem.clear()
+    elif action == "pin":
+        mem.pin("b")
+    else:
+        mem.buffer = list(mem.buffer)
+    await mem.add_user_message("c")
+    await mem.add_user_message("d")
+    gated.release.set()
+    await mem.flush()
     unpinned = [m.content for m in mem.buffer if not m.pinned]
     assert unpinned == ["d"]

@@ -1,0 +1,208 @@
+"""Eviction policies: *what* a memory evicts and *when*, as one small component.
+
+Every memory class is a policy composed with a driver (see :mod:`rollmem.memory`). The policy is
+the only place an eviction rule lives; the driver (sync or async) appends, asks the policy for a
+plan, runs the fold and commits. A policy answers three questions about the buffer:
+
+- :meth:`Policy.cost`: how much one message weighs (tokens, 1 per message, characters...);
+- :meth:`Policy.over`: after an add, is there anything to evict? (cheap: it runs on every add);
+- :meth:`Policy.plan`: which leading units leave, as a :class:`Plan` from the buffer's
+  :class:`BufferView` (``plan_budget`` or ``plan_keep_last``), or ``None``.
+
+The rollmem classes use :class:`TokenBudget` (``RollingMemory``), :class:`MessageWindow`
+(``WindowMemory``), :class:`FoldAll` (``SummaryMemory``) and :class:`KeepAll` (``BufferMemory``).
+A new memory class is one new policy plus a constructor::
+
+    class CharBudget(Policy):
+        def __init__(self, max_chars: int) -> None:
+            self.max_chars = max_chars
+
+        def cost(self, message: Message) -> int:
+            return len(message.token_text())
+
+        def over(self, buffer: BufferView) -> bool:
+            return buffer.total > self.max_chars
+
+        def plan(self, buffer: BufferView) -> Optional[Plan]:
+            return buffer.plan_budget(self.max_chars, self.max_chars)
+
+    class CharMemory(rollmem.memory.Memory):  # or AsyncMemory
+        def __init__(self, max_chars: int, summarize_fn=None) -> None:
+            super().__init__(CharBudget(max_chars), summarize_fn)
+
+Policies hold settings only (no buffer state), so they are cheap and plain; a policy's methods are
+called under the memory's lock and must not call back into the memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Optional, Protocol
+
+from . import _validate as v
+from ._ledger import Plan
+from ._types import TokenCounter
+from .counters import words
+from .message import Message
+
+__all__ = ["BufferView", "FoldAll", "KeepAll", "MessageWindow", "Plan", "Policy", "TokenBudget"]
+
+
+class BufferView(Protocol):
+    """What a policy sees of a memory's buffer (its bookkeeping, read-only)."""
+
+    @property
+    def items(self) -> Sequence[Message]:
+        """The buffered messages, oldest first."""
+
+    @property
+    def total(self) -> int:
+        """The sum of :meth:`Policy.cost` over the buffer."""
+
+    @property
+    def pinned(self) -> int:
+        """How many buffered messages are pinned."""
+
+    def plan_budget(self, limit: int, goal: int) -> Optional[Plan]:
+        """When ``total > limit``: cut whole non-pinned units, oldest first, until the total is at
+        most ``goal``, never the newest unit, aligned so the kept buffer does not start with a
+        reply. ``None`` when under the limit or nothing can go."""
+
+    def plan_keep_last(self, keep_last: int) -> Optional[Plan]:
+        """Cut every non-pinned unit before the one holding the ``keep_last``-th newest message."""
+
+
+class Policy:
+    """The eviction rule of a memory. The base class keeps everything (see :class:`KeepAll`).
+
+    Override :meth:`cost`, :meth:`over` and :meth:`plan`; set ``counts_tokens`` when costs are
+    tokens (then ``stats()`` reports buffer and summary tokens) and :meth:`limits` for the budget
+    ``stats()`` reports.
+    """
+
+    __slots__ = ()
+
+    counts_tokens: ClassVar[bool] = False
+    """Whether :meth:`cost` counts tokens (``stats()`` then reports token fields)."""
+
+    def cost(self, message: Message) -> int:
+        """The weight of one message: a non-negative ``int``, counted once per message."""
+        return 0
+
+    def over(self, buffer: BufferView) -> bool:
+        """Whether :meth:`plan` may find something to evict; asked after every add."""
+        return False
+
+    def plan(self, buffer: BufferView) -> Optional[Plan]:
+        """What leaves the buffer now, or ``None`` for nothing."""
+        return None
+
+    def limits(self) -> tuple[Optional[int], Optional[int]]:
+        """``(max_tokens, target_tokens)`` as ``stats()`` reports them (``None`` when not tokens)."""
+        return None, None
+
+
+class KeepAll(Policy):
+    """Never evict (``BufferMemory``)."""
+
+    __slots__ = ()
+
+
+class TokenBudget(Policy):
+    """Over ``max_tokens`` tokens, evict down to ``target_tokens`` (default ``max_tokens``).
+
+    Tokens are counted by ``token_counter`` (default :func:`rollmem.counters.words`) on each
+    message's :meth:`~rollmem.message.Message.token_text`. Both budgets are validated properties:
+    ``0 < target_tokens <= max_tokens``; a ``target_tokens`` left above a lowered ``max_tokens``
+    reads (and acts) as ``max_tokens``.
+    """
+
+    counts_tokens = True
+    __slots__ = ("_max", "_target", "token_counter")
+
+    def __init__(
+        self,
+        max_tokens: int,
+        target_tokens: Optional[int] = None,
+        token_counter: Optional[TokenCounter] = None,
+    ) -> None:
+        self._max = v.check_positive_int("max_tokens", max_tokens)
+        self._target = self._checked_target(self._max if target_tokens is None else target_tokens)
+        v.check_callable("token_counter", token_counter, optional=True)
+        self.token_counter: TokenCounter = words if token_counter is None else token_counter
+
+    def _checked_target(self, value: object) -> int:
+        target = v.check_positive_int("target_tokens", value)
+        if target > self._max:
+            raise v.value_error("target_tokens", f"<= max_tokens ({self._max})", target)
+        return target
+
+    @property
+    def max_tokens(self) -> int:
+        """Evict when the buffer holds more tokens than this (an ``int`` > 0)."""
+        return self._max
+
+    @max_tokens.setter
+    def max_tokens(self, value: int) -> None:
+        self._max = v.check_positive_int("max_tokens", value)
+
+    @property
+    def target_tokens(self) -> int:
+        """Evict down to this many tokens (``0 < target_tokens <= max_tokens``)."""
+        return min(self._target, self._max)
+
+    @target_tokens.setter
+    def target_tokens(self, value: int) -> None:
+        self._target = self._checked_target(value)
+
+    def cost(self, message: Message) -> int:
+        return self.token_counter(message.token_text())
+
+    def over(self, buffer: BufferView) -> bool:
+        return buffer.total > self._max
+
+    def plan(self, buffer: BufferView) -> Optional[Plan]:
+        limit = self._max
+        return buffer.plan_budget(limit, min(self._target, limit))
+
+    def limits(self) -> tuple[Optional[int], Optional[int]]:
+        return self._max, min(self._target, self._max)
+
+
+class MessageWindow(Policy):
+    """Keep the newest ``max_messages`` messages (whole units); every message costs 1."""
+
+    __slots__ = ("_max",)
+
+    def __init__(self, max_messages: int) -> None:
+        self._max = v.check_positive_int("max_messages", max_messages)
+
+    @property
+    def max_messages(self) -> int:
+        """How many messages the window holds (an ``int`` > 0)."""
+        return self._max
+
+    @max_messages.setter
+    def max_messages(self, value: int) -> None:
+        self._max = v.check_positive_int("max_messages", value)
+
+    def cost(self, message: Message) -> int:
+        return 1
+
+    def over(self, buffer: BufferView) -> bool:
+        return buffer.total > self._max
+
+    def plan(self, buffer: BufferView) -> Optional[Plan]:
+        return buffer.plan_budget(self._max, self._max)
+
+
+class FoldAll(Policy):
+    """Evict every non-pinned message after each add (``SummaryMemory``: the summary is all)."""
+
+    __slots__ = ()
+
+    def over(self, buffer: BufferView) -> bool:
+        return len(buffer.items) > buffer.pinned
+
+    def plan(self, buffer: BufferView) -> Optional[Plan]:
+        return buffer.plan_keep_last(0)

@@ -1,0 +1,67 @@
+"""The memory contract (:mod:`.contract`) run against every rollmem memory class."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from rollmem import (
+    AsyncRollingMemory,
+    AsyncSummaryMemory,
+    BufferMemory,
+    RollingMemory,
+    SummaryMemory,
+    WindowMemory,
+)
+
+from .contract import MemoryContract
+
+Summarize = Optional[Callable[..., Any]]
+
+
+class TestRollingMemory(MemoryContract):
+    memory_class = RollingMemory
+
+    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
+        return {"max_tokens": 3, "summarize_fn": summarize_fn, "on_evict": on_evict}
+
+
+class TestRollingMemoryWithTarget(MemoryContract):
+    memory_class = RollingMemory
+
+    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
+        return {"max_tokens": 4, "target_tokens": 2, "summarize_fn": summarize_fn, "on_evict": on_evict}
+
+
+class TestAsyncRollingMemory(MemoryContract):
+    memory_class = AsyncRollingMemory
+
+    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
+        return {"max_tokens": 3, "summarize_fn": summarize_fn, "on_evict": on_evict}
+
+
+class TestBufferMemory(MemoryContract):
+    memory_class = BufferMemory
+
+    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
+        return {}
+
+
+class TestWindowMemory(MemoryContract):
+    memory_class = WindowMemory
+
+    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
+        return {"max_messages": 3, "on_evict": on_evict}
+
+
+class TestSummaryMemory(MemoryContract):
+    memory_class = SummaryMemory
+
+    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
+        return {"summarize_fn": summarize_fn, "on_evict": on_evict}
+
+
+class TestAsyncSummaryMemory(MemoryContract):
+    memory_class = AsyncSummaryMemory
+
+    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
+        return {"summarize_fn": summarize_fn, "on_evict": on_evict}

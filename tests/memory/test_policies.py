@@ -1,0 +1,149 @@
+"""Eviction policies: a seventh memory class made of one new policy, and the built-in policies."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+import pytest
+
+from rollmem import Message, RollingMemory, WindowMemory
+from rollmem.memory import AsyncMemory, Memory
+from rollmem.policies import BufferView, Plan, Policy, TokenBudget
+
+from .contract import MemoryContract
+
+# -- a seventh class: a budget in characters, one policy and nothing else ---------------------------
+
+
+class CharBudget(Policy):
+    """Over ``max_chars`` characters, evict down to ``max_chars``."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+
+    def cost(self, message: Message) -> int:
+        return len(message.token_text())
+
+    def over(self, buffer: BufferView) -> bool:
+        return buffer.total > self.max_chars
+
+    def plan(self, buffer: BufferView) -> Optional[Plan]:
+        return buffer.plan_budget(self.max_chars, self.max_chars)
+
+
+class CharMemory(Memory):
+    def __init__(
+        self, max_chars: int, summarize_fn: Optional[Callable[..., Any]] = None, **hooks: Any
+    ) -> None:
+        super().__init__(CharBudget(max_chars), summarize_fn, **hooks)
+
+
+class AsyncCharMemory(AsyncMemory):
+    def __init__(
+        self, max_chars: int, summarize_fn: Optional[Callable[..., Any]] = None, **hooks: Any
+    ) -> None:
+        super().__init__(CharBudget(max_chars), summarize_fn, **hooks)
+
+
+class TestCharMemory(MemoryContract):
+    memory_class = CharMemory
+
+    def options(self, summarize_fn: Optional[Callable[..., Any]], on_evict: Any) -> dict[str, Any]:
+        return {"max_chars": 7, "summarize_fn": summarize_fn, "on_evict": on_evict}
+
+
+class TestAsyncCharMemory(MemoryContract):
+    memory_class = AsyncCharMemory
+
+    def options(self, summarize_fn: Optional[Callable[..., Any]], on_evict: Any) -> dict[str, Any]:
+        return {"max_chars": 7, "summarize_fn": summarize_fn, "on_evict": on_evict}
+
+
+def test_the_seventh_class_evicts_by_characters(recorder: Any) -> None:
+    memory = CharMemory(10, recorder)
+    for text in ("aaaa", "bbbb", "cc", "d"):
+        memory.add_user_message(text)
+    assert recorder.texts == [("", ["aaaa"])]
+    assert [m.content for m in memory.buffer] == ["bbbb", "cc", "d"]
+    assert memory.fold() == 3
+    assert memory.summary == "aaaa|bbbb|cc|d"
+    restored = CharMemory.from_dict(memory.to_dict(), max_chars=10)
+    assert restored.to_dict() == memory.to_dict()
+    stats = memory.stats()
+    assert (stats.buffer_tokens, stats.max_tokens) == (None, None)  # characters are not tokens
+
+
+def test_a_bad_cost_names_the_policy() -> None:
+    class Broken(CharBudget):
+        def cost(self, message: Message) -> int:
+            return 1.5  # type: ignore[return-value]
+
+    memory = Memory(Broken(3))
+    with pytest.raises(TypeError, match=r"^Broken\.cost returned float for the new message; expected int$"):
+        memory.add_user_message("x")
+    assert memory.buffer == []
+
+
+def test_a_memory_needs_a_policy() -> None:
+    with pytest.raises(TypeError, match=r"^policy: expected a rollmem\.policies\.Policy, got int$"):
+        Memory(3)  # type: ignore[arg-type]
+
+
+# -- the built-in policies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "error", "message"),
+    [
+        ("max_tokens", 0, ValueError, "max_tokens must be > 0, got 0"),
+        ("max_tokens", "5", TypeError, "max_tokens: expected int, got str"),
+        ("max_tokens", True, TypeError, "max_tokens: expected int, got bool"),
+        ("target_tokens", 101, ValueError, "target_tokens must be <= max_tokens (100), got 101"),
+        ("target_tokens", 0, ValueError, "target_tokens must be > 0, got 0"),
+        ("target_tokens", 2.0, TypeError, "target_tokens: expected int, got float"),
+    ],
+)
+def test_budgets_are_validated_properties(
+    name: str, value: Any, error: type[Exception], message: str
+) -> None:
+    memory = RollingMemory(max_tokens=100, target_tokens=50)
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        setattr(memory, name, value)
+    assert (memory.max_tokens, memory.target_tokens) == (100, 50)
+
+
+def test_a_lowered_max_tokens_caps_the_target_everywhere(recorder: Any) -> None:
+    memory = RollingMemory(max_tokens=10, target_tokens=8, summarize_fn=recorder)
+    memory.max_tokens = 4
+    assert (memory.max_tokens, memory.target_tokens) == (4, 4)
+    assert (memory.stats().max_tokens, memory.stats().target_tokens) == (4, 4)
+    for word in "abcde":
+        memory.add_user_message(word)
+    assert [m.content for m in memory.buffer] == ["b", "c", "d", "e"]
+    memory.max_tokens = 10
+    assert memory.target_tokens == 8  # the target given stays; it was only capped
+    assert memory.policy.limits() == (10, 8)
+
+
+def test_the_window_is_a_validated_property() -> None:
+    memory = WindowMemory(3)
+    memory.max_messages = 2
+    for word in "abc":
+        memory.add_user_message(word)
+    assert [m.content for m in memory.buffer] == ["b", "c"]
+    with pytest.raises(ValueError, match=r"^max_messages must be > 0, got 0$"):
+        memory.max_messages = 0
+
+
+def test_a_coroutine_hook_on_a_sync_class_gets_advice_about_that_class() -> None:
+    async def hook(messages: Sequence[Message]) -> None:
+        return None
+
+    with pytest.raises(TypeError, match=r"^on_evict is a coroutine function: WindowMemory calls it"):
+        WindowMemory(3, on_evict=hook)
+    with pytest.raises(TypeError, match=r"use AsyncRollingMemory for async callables$"):
+        RollingMemory(3, on_evict=hook)
+    with pytest.raises(TypeError, match=r"use AsyncMemory for async callables$"):
+        Memory(TokenBudget(3), on_evict=hook)
