@@ -33,14 +33,14 @@ module ``__getattr__`` (once; it pickles by this module path).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _validate as v
-from ..errors import InvalidStateError, MissingExtraError, StateTypeError
+from .._extras import import_extra
+from ..errors import InvalidStateError, StateTypeError
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ._common import (
     carried_metadata,
@@ -64,12 +64,9 @@ _TOOL_CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call"})
 
 
 def _import(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != "langchain_core":
-            raise
-        raise MissingExtraError("langchain-core", "langchain", "rollmem.adapters.langchain") from exc
+    return import_extra(
+        module, package="langchain-core", extra="langchain", feature="rollmem.adapters.langchain"
+    )
 
 
 def to_langchain(messages: Iterable[Message]) -> list[Any]:

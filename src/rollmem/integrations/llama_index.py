@@ -28,15 +28,15 @@ it (this package's mypy runs with ``python_version = 3.9``, which LlamaIndex doe
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .. import AsyncSummaryMemory, MemoryStats, Message, ToolCall
+from .._extras import import_extra
 from ..adapters._common import carried_metadata, dump_arguments
-from ..errors import MissingExtraError, StateTypeError
+from ..errors import StateTypeError
 from ..memory import words
 from ..summarizers import _newest_suffix
 
@@ -55,14 +55,9 @@ _SILENT_BLOCKS = frozenset({"thinking", "cache"})
 
 
 def _import(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != "llama_index":
-            raise
-        raise MissingExtraError(
-            "llama-index-core", "llama-index", "rollmem.integrations.llama_index"
-        ) from exc
+    return import_extra(
+        module, package="llama-index-core", extra="llama-index", feature="rollmem.integrations.llama_index"
+    )
 
 
 # -- ChatMessage -> Message --------------------------------------------------------------------

@@ -20,14 +20,13 @@ is recognised by its header and not stored again.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Callable, Optional, Union
 
 from .. import _validate as v
+from .._extras import import_extra
 from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, to_openai_responses
-from ..errors import MissingExtraError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import SYSTEM, Message
 from ..sessions import AsyncSessions
@@ -42,14 +41,12 @@ _SUMMARY_ROLES = ("system", "developer")
 
 
 def _require_agents() -> None:
-    try:
-        importlib.import_module("agents.memory")
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != "agents":
-            raise
-        raise MissingExtraError(
-            "openai-agents", "openai-agents", "rollmem.integrations.openai_agents.RollingSession"
-        ) from exc
+    import_extra(
+        "agents.memory",
+        package="openai-agents",
+        extra="openai-agents",
+        feature="rollmem.integrations.openai_agents.RollingSession",
+    )
 
 
 def _is_summary_item(item: object) -> bool:

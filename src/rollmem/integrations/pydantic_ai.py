@@ -79,8 +79,9 @@ from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 from .. import _validate as v
+from .._extras import import_extra
 from ..adapters._common import carried_metadata
-from ..errors import ConflictError, InvalidStateError, MissingExtraError
+from ..errors import ConflictError, InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..sessions import _ThreadedStore
@@ -111,14 +112,12 @@ _QUIET_REQUEST_PARTS = frozenset(
 
 
 def _import() -> Any:
-    try:
-        return importlib.import_module("pydantic_ai.messages")
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != "pydantic_ai":
-            raise
-        raise MissingExtraError(
-            "pydantic-ai-slim", "pydantic-ai", "rollmem.integrations.pydantic_ai"
-        ) from exc
+    return import_extra(
+        "pydantic_ai.messages",
+        package="pydantic-ai-slim",
+        extra="pydantic-ai",
+        feature="rollmem.integrations.pydantic_ai",
+    )
 
 
 _bind_lock = threading.Lock()
