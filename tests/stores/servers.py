@@ -25,6 +25,7 @@ from .contract import assert_every_increment_won_once, compare_and_set_in_proces
 
 __all__ = [
     "ServerStoreChecks",
+    "close_redis",
     "drop_redis_keys",
     "drop_table",
     "pgbouncer_ctl",
@@ -123,15 +124,19 @@ def drop_redis_keys(url: str, prefix: str, *, cluster: bool = False) -> int:
     client: Any = redis.cluster.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
     try:
         keys = list(client.scan_iter(match=_glob_literal(prefix) + "*", count=1000))
-        return (
-            sum(int(client.delete(key)) for key in keys)
-            if cluster
-            else int(client.delete(*keys))
-            if keys
-            else 0
-        )
+        return sum(int(client.delete(key)) for key in keys)  # one by one: keys of many slots
     finally:
-        client.close()
+        close_redis(client)
+
+
+def close_redis(client: Any) -> None:
+    """Close a ``redis.Redis`` or ``RedisCluster`` with its sockets (``RedisCluster.close()``
+    alone leaves its nodes' connections open until garbage collection)."""
+    import redis.cluster
+
+    if isinstance(client, redis.cluster.RedisCluster):
+        client.disconnect_connection_pools()
+    client.close()
 
 
 def drop_table(dsn: str, table: str) -> None:

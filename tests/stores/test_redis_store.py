@@ -21,6 +21,7 @@ from .contract import (
 )
 from .servers import (
     ServerStoreChecks,
+    close_redis,
     drop_redis_keys,
     redis_cluster_ctl,
     redis_cluster_nodes,
@@ -136,7 +137,7 @@ class TestRedisClusterStoreGivenClient(_ClusterIsolated, StoreContract):
         nodes = [redis_cluster.ClusterNode(host, port) for host, port in redis_cluster_nodes()]
         self.client = redis_cluster.RedisCluster(startup_nodes=nodes, decode_responses=True)
         yield
-        self.client.close()
+        close_redis(self.client)
 
     def make_store(self) -> RedisStore:
         return RedisStore(self.client, prefix=self.prefix)
@@ -473,7 +474,7 @@ def test_cluster_keys_of_a_session_share_a_slot_and_sessions_spread(cluster_pref
         assert store.ids() == sorted(f"s{index}" for index in range(30)), "ids() scans every primary"
     finally:
         store.close()
-        client.close()
+        close_redis(client)
 
 
 def test_cluster_ignores_0x_keys(cluster_prefix: str) -> None:
@@ -485,7 +486,7 @@ def test_cluster_ignores_0x_keys(cluster_prefix: str) -> None:
         assert store.ids() == []
         assert store.save("old", "new", 0) == 1
     finally:
-        client.close()
+        close_redis(client)
 
 
 def test_given_async_cluster_client(cluster_prefix: str) -> None:
@@ -520,7 +521,7 @@ def test_cluster_primary_stopped_mid_run(cluster_prefix: str) -> None:
     for index in range(60):
         session_id = f"w{index}"
         by_node.setdefault(client.get_node_from_key(store._key(session_id)).port, []).append(session_id)
-    client.close()
+    close_redis(client)
     assert len(by_node) == 3
     writers = [ids[0] for ids in by_node.values()] + [ids[1] for ids in by_node.values()]
     victim_port, victim_ids = next(iter(by_node.items()))

@@ -87,6 +87,8 @@ _ID_UNESCAPED = re.compile("%(25|7B|7D)")
 # The end of every key of the tagged layout, whatever its prefix: "{<encoded id>}:<part>".
 _TAGGED_TAIL = re.compile(r"\{[^{}]+\}:[a-z]+\Z")
 _STATE_SUFFIX = ":state"
+# What follows the prefix in a session's head key: the group is the encoded session id.
+_HEAD = re.compile(r"\{([^{}]+)\}" + _STATE_SUFFIX + r"\Z")
 
 
 def _import_redis() -> ModuleType:
@@ -328,8 +330,9 @@ class RedisStore:
         found: set[str] = set()
         for key in keys:
             rest = key[len(self._prefix) :]
-            if rest.startswith("{") and rest.endswith("}" + _STATE_SUFFIX) and "{" not in rest[1:-7]:
-                found.add(_decode_id(rest[1 : -len(_STATE_SUFFIX) - 1]))
+            head = _HEAD.match(rest)
+            if head:
+                found.add(_decode_id(head.group(1)))
             elif self._legacy and rest and not _TAGGED_TAIL.search(key):
                 found.add(rest)
         return sorted(session_id for session_id in found if session_id.startswith(prefix))
@@ -387,7 +390,10 @@ class RedisStore:
         with self._lock:
             made, self._sync = self._sync, None
         if made is not None:
-            made[0].close()
+            client = made[0]
+            if isinstance(client, _import_redis().cluster.RedisCluster):
+                client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
+            client.close()
 
     # -- async methods ---------------------------------------------------------------------------
 
