@@ -220,18 +220,18 @@ def test_ids_by_prefix_with_encoded_characters(url: str, prefix: str) -> None:
         store.close()
 
 
-def _save_as_0x(client: redis.Redis, key: str, state: str, revision: int) -> None:
-    """What rollmem 0.x wrote: one hash at prefix + session id."""
-    client.hset(key, mapping={"state": state, "revision": revision, "writer": "0x-writer"})
+def _save_as_0_1(client: redis.Redis, key: str, state: str, revision: int) -> None:
+    """What rollmem 0.1 wrote: one hash at prefix + session id."""
+    client.hset(key, mapping={"state": state, "revision": revision, "writer": "0.1-writer"})
 
 
-def test_sessions_of_0x_load_and_move_on_their_next_save(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0x(client, f"{prefix}old", "from 0.x", 3)
-    _save_as_0x(client, f"{prefix}gone", "from 0.x", 1)
+def test_sessions_of_0_1_load_and_move_on_their_next_save(url: str, prefix: str, client: redis.Redis) -> None:
+    _save_as_0_1(client, f"{prefix}old", "from 0.1", 3)
+    _save_as_0_1(client, f"{prefix}gone", "from 0.1", 1)
     client.pexpire(f"{prefix}old", 60_000)
     store = RedisStore(url, prefix=prefix)
     try:
-        assert store.load("old") == StoredSession("from 0.x", 3)
+        assert store.load("old") == StoredSession("from 0.1", 3)
         assert store.ids() == ["gone", "old"]
         with pytest.raises(ConflictError, match="at revision 3"):
             store.save("old", "stale", 2)
@@ -264,33 +264,33 @@ def test_a_session_in_both_layouts_reads_the_new_one(url: str, prefix: str, clie
     store = RedisStore(url, prefix=prefix)
     try:
         store.save("s", "new", 0)
-        _save_as_0x(client, f"{prefix}s", "old", 7)
+        _save_as_0_1(client, f"{prefix}s", "old", 7)
         assert store.load("s") == StoredSession("new", 1)
         assert store.ids() == ["s"]
         assert store.save("s", "newer", 1) == 2
         assert client.exists(f"{prefix}s") == 0, "a save removes a leftover old key"
-        _save_as_0x(client, f"{prefix}s", "old", 7)
+        _save_as_0_1(client, f"{prefix}s", "old", 7)
         assert store.delete("s") is True
         assert client.exists(f"{prefix}s", f"{prefix}{{s}}:state") == 0
     finally:
         store.close()
 
 
-def test_legacy_keys_false_ignores_0x_keys(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0x(client, f"{prefix}old", "from 0.x", 3)
+def test_legacy_keys_false_ignores_0_1_keys(url: str, prefix: str, client: redis.Redis) -> None:
+    _save_as_0_1(client, f"{prefix}old", "from 0.1", 3)
     store = RedisStore(url, prefix=prefix, legacy_keys=False)
     try:
         assert store.load("old") is None
         assert store.ids() == []
         assert store.save("old", "fresh", 0) == 1
         assert store.delete("old") is True
-        assert client.hget(f"{prefix}old", "state") == b"from 0.x", "left alone"
+        assert client.hget(f"{prefix}old", "state") == b"from 0.1", "left alone"
     finally:
         store.close()
 
 
-def test_a_0x_name_that_looks_tagged_is_never_read(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0x(client, f"{prefix}t2:{{x}}:state", "someone else's", 1)
+def test_a_0_1_name_that_looks_tagged_is_never_read(url: str, prefix: str, client: redis.Redis) -> None:
+    _save_as_0_1(client, f"{prefix}t2:{{x}}:state", "someone else's", 1)
     store = RedisStore(url, prefix=prefix)
     try:
         assert store.load("t2:{x}:state") is None
@@ -477,11 +477,11 @@ def test_cluster_keys_of_a_session_share_a_slot_and_sessions_spread(cluster_pref
         close_redis(client)
 
 
-def test_cluster_ignores_0x_keys(cluster_prefix: str) -> None:
+def test_cluster_ignores_0_1_keys(cluster_prefix: str) -> None:
     client = redis_cluster.RedisCluster.from_url(redis_cluster_url())
     store = RedisStore(client, prefix=cluster_prefix)
     try:
-        _save_as_0x(client, f"{cluster_prefix}old", "from 0.x", 3)  # type: ignore[arg-type]
+        _save_as_0_1(client, f"{cluster_prefix}old", "from 0.1", 3)  # type: ignore[arg-type]
         assert store.load("old") is None
         assert store.ids() == []
         assert store.save("old", "new", 0) == 1

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisStore"]
 
 # KEYS[1]: the session hash. KEYS[2] (optional): the session's hash under the key name of
-# rollmem 0.x (prefix + session id), read while KEYS[1] is absent and deleted by every save, so
+# rollmem 0.1 (prefix + session id), read while KEYS[1] is absent and deleted by every save, so
 # the first save migrates the session. ARGV: state, expected revision, ttl in ms ("" for
 # none), writer token. Returns {1, new revision} or {0, live revision}. A save that
 # client-side retries send twice (its reply was lost) finds its own token at expected + 1
@@ -150,11 +150,11 @@ class RedisStore:
     (it would hash each key whole, spreading a session over slots); other braces in it are
     allowed, and a tag in the prefix puts all its sessions in one slot.
 
-    Sessions saved by rollmem 0.x, whose hash sat at ``prefix + session id``, still load:
-    with a ``redis.Redis`` (not a cluster: 0.x could not write to one) and
+    Sessions saved by rollmem 0.1, whose hash sat at ``prefix + session id``, still load:
+    with a ``redis.Redis`` (not a cluster: 0.1 could not write to one) and
     ``legacy_keys=True`` (the default) a session missing from the new layout is read from its
     old key, and its next save moves it, deleting the old key in the same atomic script;
-    ``delete`` removes both, ``ids`` lists both. An old key is as ambiguous as it was in 0.x
+    ``delete`` removes both, ``ids`` lists both. An old key is as ambiguous as it was in 0.1
     (``app:tenant2:x`` is session ``tenant2:x`` of ``app:`` too) until that first save, and
     old-layout writers must be stopped before new ones start; pass ``legacy_keys=False`` once
     your sessions are saved under the new names to ignore old keys. Old keys whose names end
@@ -282,13 +282,13 @@ class RedisStore:
         return f"{self._prefix}{{{_encode_id(session_id)}}}{_STATE_SUFFIX}"
 
     def _legacy_key(self, session_id: str) -> Optional[str]:
-        """The 0.x key of the session, when this store reads those and the name cannot be a
+        """The 0.1 key of the session, when this store reads those and the name cannot be a
         key of the tagged layout."""
         key = self._prefix + session_id
         return key if self._legacy and not _TAGGED_TAIL.search(key) else None
 
     def _keys(self, session_id: str) -> list[str]:
-        """The session's key, then its 0.x key if that is read."""
+        """The session's key, then its 0.1 key if that is read."""
         check_session_id(session_id)
         legacy = self._legacy_key(session_id)
         return [self._key(session_id)] + ([legacy] if legacy is not None else [])
