@@ -358,9 +358,14 @@ class RedisStore:
         return the new revision; else raise ``ConflictError`` and change nothing. ``ttl``
         (seconds) becomes the key's expiry; without it the key never expires."""
         call = self._save_call(session_id, state, expected_revision, ttl)
-        _, script = self._sync_client()
+        client, script = self._sync_client()
         with self._errors("save", session_id):
-            reply = script(**call)
+            try:
+                reply = script(**call)
+            except _import_redis().exceptions.NoScriptError:
+                # The script's node lost its cache (restart, failover) and the driver's reload
+                # went to the primaries it knew: send the script itself.
+                reply = client.eval(_SAVE_SCRIPT, len(call["keys"]), *call["keys"], *call["args"])
         return self._saved(session_id, expected_revision, reply)
 
     def delete(self, session_id: str) -> bool:
@@ -416,9 +421,12 @@ class RedisStore:
     ) -> int:
         """Async twin of :meth:`save`."""
         call = self._save_call(session_id, state, expected_revision, ttl)
-        _, script = self._async_client()
+        client, script = self._async_client()
         with self._errors("save", session_id):
-            reply = await script(**call)
+            try:
+                reply = await script(**call)
+            except _import_redis().exceptions.NoScriptError:  # see save()
+                reply = await client.eval(_SAVE_SCRIPT, len(call["keys"]), *call["keys"], *call["args"])
         return self._saved(session_id, expected_revision, reply)
 
     async def adelete(self, session_id: str) -> bool:
