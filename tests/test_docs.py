@@ -34,7 +34,7 @@ DIRECTIVE = re.compile(r"^::: *([\w.]+) *$", re.MULTILINE)
 SERVERS = {
     "redis": ("ROLLMEM_TEST_REDIS_URL", "ROLLMEM_REDIS"),
     "postgres": ("ROLLMEM_TEST_POSTGRES_DSN", "ROLLMEM_POSTGRES"),
-    "redis_cluster": ("ROLLMEM_TEST_REDIS_CLUSTER_NODES", "ROLLMEM_REDIS_CLUSTER"),
+    "redis_cluster": ("ROLLMEM_TEST_REDIS_CLUSTER_URL", "ROLLMEM_REDIS_CLUSTER"),
     "pgbouncer": ("ROLLMEM_TEST_PGBOUNCER_DSN", "ROLLMEM_PGBOUNCER"),
 }
 

@@ -33,11 +33,11 @@ def make_store(name: str, location: str, namespace: str) -> Any:
         from rollmem.stores import SQLiteStore
 
         return SQLiteStore(location)
-    if name == "redis":
+    if name in ("redis", "redis-cluster"):
         from rollmem.stores import RedisStore
 
-        return RedisStore(location, prefix=namespace + ":")
-    if name == "postgres":
+        return RedisStore(location, prefix=namespace + ":", cluster=name == "redis-cluster")
+    if name in ("postgres", "pgbouncer"):
         from rollmem.stores import PostgresStore
 
         return PostgresStore(location, table=namespace)

@@ -1,8 +1,10 @@
 """Stores for the session tests: one fixture, parametrized over every backend.
 
 SQLite and the in-process store always run. Redis and PostgreSQL run against real servers
-named by ``ROLLMEM_TEST_REDIS_URL`` / ``ROLLMEM_TEST_POSTGRES_DSN`` (``source .ci/services``
-starts both); without them these tests skip, or fail when ``ROLLMEM_REQUIRE_SERVICES=1``.
+named by ``ROLLMEM_TEST_REDIS_URL`` / ``ROLLMEM_TEST_POSTGRES_DSN``, and the tests of several
+processes also against a Redis Cluster and PgBouncer (``ROLLMEM_TEST_REDIS_CLUSTER_URL`` /
+``ROLLMEM_TEST_PGBOUNCER_DSN``; ``source .ci/services`` starts them all); without them these
+tests skip, or fail when ``ROLLMEM_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,20 @@ from typing import Any, Callable, TypeVar
 import pytest
 
 from rollmem.stores import MemoryStore
-from stores.servers import drop_redis_keys, drop_table, postgres_dsn, redis_url, unique_name
+from stores.servers import (
+    drop_redis_keys,
+    drop_table,
+    pgbouncer_dsn,
+    postgres_dsn,
+    redis_cluster_url,
+    redis_url,
+    unique_name,
+)
 
 from ._support import make_store
 
 ALL_BACKENDS = ("memory", "sqlite", "redis", "postgres")
-SHARED_BACKENDS = ("sqlite", "redis", "postgres")  # seen by several processes
+SHARED_BACKENDS = ("sqlite", "redis", "postgres", "redis-cluster", "pgbouncer")  # seen by several processes
 
 _T = TypeVar("_T")
 
@@ -40,6 +50,10 @@ class Backend:
             self.location = redis_url()
         elif name == "postgres":
             self.location = postgres_dsn()
+        elif name == "redis-cluster":
+            self.location = redis_cluster_url()
+        elif name == "pgbouncer":
+            self.location = pgbouncer_dsn()
         self._memory = MemoryStore() if name == "memory" else None
 
     def store(self) -> Any:
@@ -67,9 +81,9 @@ class Backend:
     def close(self) -> None:
         for store in self._opened:
             store.close()
-        if self.name == "redis":
-            drop_redis_keys(self.location, self.namespace + ":")
-        elif self.name == "postgres":
+        if self.name in ("redis", "redis-cluster"):
+            drop_redis_keys(self.location, self.namespace + ":", cluster=self.name == "redis-cluster")
+        elif self.name in ("postgres", "pgbouncer"):
             drop_table(self.location, self.namespace)
 
 

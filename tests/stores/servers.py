@@ -1,4 +1,5 @@
-"""The real Redis and PostgreSQL servers the store tests use, from ``source .ci/services``.
+"""The real Redis, Redis Cluster, PostgreSQL and PgBouncer servers the store tests use, from
+``source .ci/services``.
 
 Addresses and control scripts come from the environment; without them a test skips with a
 message saying how to start the servers, or fails under ``ROLLMEM_REQUIRE_SERVICES=1``.
@@ -24,17 +25,26 @@ from .contract import assert_every_increment_won_once, compare_and_set_in_proces
 
 __all__ = [
     "ServerStoreChecks",
+    "close_redis",
     "drop_redis_keys",
     "drop_table",
+    "pgbouncer_ctl",
+    "pgbouncer_dsn",
     "postgres_ctl",
     "postgres_dsn",
+    "redis_cluster_ctl",
+    "redis_cluster_nodes",
+    "redis_cluster_url",
     "redis_ctl",
     "redis_url",
     "stopped",
     "unique_name",
 ]
 
-HOW_TO_START = "start Redis and PostgreSQL on loopback with `source .ci/services` (Debian, as root)"
+HOW_TO_START = (
+    "start Redis, Redis Cluster, PostgreSQL and PgBouncer on loopback with `source .ci/services` "
+    "(Debian, as root)"
+)
 
 
 def redis_url() -> str:
@@ -57,37 +67,76 @@ def postgres_ctl() -> str:
     return service_url("ROLLMEM_TEST_POSTGRES_CTL", HOW_TO_START)
 
 
+def redis_cluster_url() -> str:
+    """``ROLLMEM_TEST_REDIS_CLUSTER_URL``: one node of the test Redis Cluster (skip or fail without it)."""
+    return service_url("ROLLMEM_TEST_REDIS_CLUSTER_URL", HOW_TO_START)
+
+
+def redis_cluster_nodes() -> list[tuple[str, int]]:
+    """``ROLLMEM_TEST_REDIS_CLUSTER_NODES`` (``host:port,...``) as (host, port) pairs."""
+    nodes = service_url("ROLLMEM_TEST_REDIS_CLUSTER_NODES", HOW_TO_START)
+    return [(host, int(port)) for host, port in (node.rsplit(":", 1) for node in nodes.split(","))]
+
+
+def redis_cluster_ctl() -> str:
+    """The script that stops and starts the cluster or one node (``ROLLMEM_TEST_REDIS_CLUSTER_CTL``)."""
+    return service_url("ROLLMEM_TEST_REDIS_CLUSTER_CTL", HOW_TO_START)
+
+
+def pgbouncer_dsn() -> str:
+    """``ROLLMEM_TEST_PGBOUNCER_DSN``: PostgreSQL through PgBouncer's transaction pooling."""
+    return service_url("ROLLMEM_TEST_PGBOUNCER_DSN", HOW_TO_START)
+
+
+def pgbouncer_ctl() -> str:
+    """The script that stops and starts the test PgBouncer (``ROLLMEM_TEST_PGBOUNCER_CTL``)."""
+    return service_url("ROLLMEM_TEST_PGBOUNCER_CTL", HOW_TO_START)
+
+
 def unique_name(stem: str) -> str:
     """``stem`` plus a random suffix: one key prefix or table per test."""
     return f"{stem}_{uuid.uuid4().hex[:12]}"
 
 
-def _control(script: str, action: str) -> None:
-    subprocess.run(["bash", script, action], check=True, timeout=120, capture_output=True)
+def _control(script: str, action: str, *args: str) -> None:
+    subprocess.run(["bash", script, action, *args], check=True, timeout=120, capture_output=True)
 
 
 @contextmanager
-def stopped(script: str) -> Iterator[None]:
-    """Stop a server with its control ``script`` for the block, and start it again after."""
-    _control(script, "stop")
+def stopped(script: str, *args: str) -> Iterator[None]:
+    """Stop a server with its control ``script`` for the block, and start it again after
+    (``args``, such as a cluster node's port, go to both calls)."""
+    _control(script, "stop", *args)
     try:
         yield
     finally:
-        _control(script, "start")
+        _control(script, "start", *args)
 
 
-def drop_redis_keys(url: str, prefix: str) -> int:
-    """Delete every key that starts with ``prefix`` (taken literally); return how many went."""
+def drop_redis_keys(url: str, prefix: str, *, cluster: bool = False) -> int:
+    """Delete every key that starts with ``prefix`` (taken literally), on every primary of a
+    cluster; return how many went."""
     import redis
+    import redis.cluster
 
     from rollmem.stores.redis import _glob_literal
 
-    client = redis.Redis.from_url(url)
+    client: Any = redis.cluster.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
     try:
         keys = list(client.scan_iter(match=_glob_literal(prefix) + "*", count=1000))
-        return int(client.delete(*keys)) if keys else 0
+        return sum(int(client.delete(key)) for key in keys)  # one by one: keys of many slots
     finally:
-        client.close()
+        close_redis(client)
+
+
+def close_redis(client: Any) -> None:
+    """Close a ``redis.Redis`` or ``RedisCluster`` with its sockets (``RedisCluster.close()``
+    alone leaves its nodes' connections open until garbage collection)."""
+    import redis.cluster
+
+    if isinstance(client, redis.cluster.RedisCluster):
+        client.disconnect_connection_pools()
+    client.close()
 
 
 def drop_table(dsn: str, table: str) -> None:

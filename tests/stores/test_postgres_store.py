@@ -1,4 +1,5 @@
-"""PostgresStore against a real PostgreSQL on loopback (``source .ci/services``)."""
+"""PostgresStore against a real PostgreSQL on loopback, directly and through PgBouncer
+(``source .ci/services``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from .contract import (
     AsyncStoreContract,
     StoreContract,
 )
-from .servers import ServerStoreChecks, drop_table, postgres_ctl, postgres_dsn, unique_name
+from .servers import (
+    ServerStoreChecks,
+    drop_table,
+    pgbouncer_ctl,
+    pgbouncer_dsn,
+    postgres_ctl,
+    postgres_dsn,
+    unique_name,
+)
 
 psycopg = pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
 psycopg_pool = pytest.importorskip(
@@ -282,3 +291,94 @@ def test_conflict_names_the_live_revision(dsn: str, table: str) -> None:
             store.save("s", "x", 1)
     finally:
         store.close()
+
+
+# -- through PgBouncer (transaction pooling; the rollmem_test_session alias pools by session) ----
+
+
+class _ThroughPgBouncer:
+    """Each test gets its own table, reached through PgBouncer, dropped afterwards."""
+
+    @pytest.fixture(autouse=True)
+    def _isolate(self) -> Iterator[None]:
+        self.dsn, self.table = pgbouncer_dsn(), unique_name("rollmem_test")
+        yield
+        drop_table(postgres_dsn(), self.table)
+
+    def store_factory(self) -> Callable[[], PostgresStore]:
+        return functools.partial(PostgresStore, self.dsn, table=self.table)
+
+    def make_store(self) -> PostgresStore:
+        return self.store_factory()()
+
+
+class TestPostgresStoreThroughPgBouncer(_ThroughPgBouncer, StoreContract):
+    pass
+
+
+class TestPostgresStoreThroughPgBouncerAsync(_ThroughPgBouncer, AsyncStoreContract):
+    pass
+
+
+class TestPostgresStoreThroughPgBouncerServer(_ThroughPgBouncer, ServerStoreChecks):
+    """PgBouncer stopped mid-run."""
+
+    store_name = "PostgresStore"
+    extra = "postgres"
+    driver_modules = ("psycopg", "psycopg_pool")
+    dead_address = "host=127.0.0.1 port=1"
+    control = staticmethod(pgbouncer_ctl)
+    driver_error = staticmethod(lambda: psycopg.OperationalError)
+
+    def outage_store(self) -> PostgresStore:
+        return PostgresStore(self.dsn, table=self.table, timeout=1)
+
+
+def _turns(store: PostgresStore, session_ids: list[str], turns: int) -> list[BaseException]:
+    """Each thread loads and saves its session ``turns`` times (well past psycopg's threshold
+    for preparing a statement on the server); return the errors."""
+    errors: list[BaseException] = []
+
+    def work(session_id: str) -> None:
+        try:
+            for turn in range(turns):
+                current = store.load(session_id)
+                store.save(session_id, str(turn), 0 if current is None else current.revision)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(session_id,)) for session_id in session_ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+@pytest.mark.parametrize("database", ["rollmem_test", "rollmem_test_session"])
+def test_threads_through_pgbouncer_use_no_prepared_statements(database: str) -> None:
+    """Issue: 6 threads x 60 turns through transaction pooling failed at once with
+    'prepared statement "_pg3_0" already exists' and its kin."""
+    dsn = pgbouncer_dsn().rsplit("/", 1)[0] + "/" + database
+    table = unique_name("rollmem_test")
+    store = PostgresStore(dsn, table=table)
+    try:
+        session_ids = [f"s{index}" for index in range(6)]
+        assert _turns(store, session_ids, 60) == []
+        assert [store.load(session_id) for session_id in session_ids] == [StoredSession("59", 60)] * 6
+    finally:
+        store.close()
+        drop_table(postgres_dsn(), table)
+
+
+def test_a_given_pool_keeps_its_settings_and_works_behind_pgbouncer_as_documented() -> None:
+    table = unique_name("rollmem_test")
+    kwargs = {"prepare_threshold": None, "autocommit": True}
+    try:
+        with psycopg_pool.ConnectionPool(pgbouncer_dsn(), min_size=1, max_size=6, kwargs=kwargs) as pool:
+            store = PostgresStore(pool, table=table)
+            assert _turns(store, [f"s{index}" for index in range(6)], 30) == []
+            with pool.connection() as conn:
+                assert conn.prepare_threshold is None, "the store left the pool's settings alone"
+    finally:
+        drop_table(postgres_dsn(), table)

@@ -151,6 +151,15 @@ class PostgresStore:
     loop. ``timeout`` (seconds) bounds the wait for a connection of a pool the store opens,
     so a dead server fails fast.
 
+    Behind PgBouncer (transaction or session pooling) it works with no extra setting: the
+    connections the store opens never prepare statements on the server
+    (``prepare_threshold=None``), since a pooler may run the next transaction on another
+    server connection, where the prepared statement is missing or means something else; each
+    save is one transaction and the store sets no session state. A pool you pass keeps your
+    settings: to use one behind PgBouncer in transaction mode, open it with
+    ``kwargs={"prepare_threshold": None}`` (and ``autocommit=True`` if you like, as the store
+    does).
+
     ``table`` (a name or ``schema.name``, quoted as an identifier) is created on first use.
     A save is one transaction: ``INSERT ... ON CONFLICT`` for a new session (an expired row
     counts as absent), ``UPDATE ... WHERE revision = %s`` otherwise. ``ttl`` sets
@@ -186,7 +195,8 @@ class PostgresStore:
             except psycopg.Error as exc:
                 raise ValueError(f"conninfo_or_pool is not a valid connection string: {exc}") from None
             self._conninfo = conninfo_or_pool
-            self._connect_options: dict[str, Any] = {"autocommit": True}
+            # No server-side prepared statements: safe behind PgBouncer's transaction pooling.
+            self._connect_options: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
             if "connect_timeout" not in options:
                 self._connect_options["connect_timeout"] = max(2, math.ceil(self._timeout))
         elif isinstance(conninfo_or_pool, psycopg_pool.AsyncConnectionPool):
