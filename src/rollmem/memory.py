@@ -14,12 +14,23 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
 
 from . import _validate as v
 from ._ledger import Ledger, Plan
+from .changes import (
+    Appended,
+    BufferAssigned,
+    Change,
+    Cleared,
+    Dropped,
+    Folded,
+    Pinned,
+    SummaryAssigned,
+    Unpinned,
+)
 from .errors import InvalidStateError
 from .message import ASSISTANT, NO_METADATA, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
 
@@ -84,12 +95,13 @@ class MemoryStats:
 class _Fold:
     """A fold between its plan and its commit: what was cut, and what the commit must still find."""
 
-    __slots__ = ("generation", "plan", "summary")
+    __slots__ = ("generation", "keep_last", "plan", "summary")
 
-    def __init__(self, plan: Plan, summary: str, generation: int) -> None:
+    def __init__(self, plan: Plan, summary: str, generation: int, keep_last: Optional[int]) -> None:
         self.plan = plan
         self.summary = summary
         self.generation = generation
+        self.keep_last = keep_last
 
 
 def _check_callable(name: str, value: object) -> None:
@@ -142,7 +154,7 @@ class _Memory:
             ("folds", "summarizer_calls", "failed_folds", "messages_summarized", "messages_dropped"), 0
         )
         self._summary_tokens: tuple[str, int] = ("", 0)
-        self._journal: Optional[list[tuple[Any, ...]]] = None
+        self._recorders: list[list[Change]] = []  # the lists of the record() blocks open now
 
     # -- public state -----------------------------------------------------------------------
 
@@ -158,7 +170,7 @@ class _Memory:
         with self._lock:
             self._summary = value
             self._generation += 1
-            self._record("set_summary", value)
+            self._record(SummaryAssigned(value))
 
     @property
     def buffer(self) -> list[Message]:
@@ -171,7 +183,7 @@ class _Memory:
         with self._lock:
             self._ledger.replace(messages)
             self._generation += 1
-            self._record("set_buffer", tuple(self._ledger.items))
+            self._record(BufferAssigned(tuple(self._ledger.items)))
 
     # -- policy hooks -----------------------------------------------------------------------
 
@@ -230,8 +242,8 @@ class _Memory:
             if ledger.dirty:
                 ledger.sync(self._measure_at)
             ledger.append(message, cost)
-            if self._journal is not None:
-                self._journal.append(("add", message))
+            if self._recorders:
+                self._record(Appended((message,), (cost,)))
 
     def _append(self, messages: Sequence[Message]) -> None:
         """Count them all, then append them all; a failure appends nothing."""
@@ -241,7 +253,7 @@ class _Memory:
             ledger.sync(self._measure_at)
             for message, cost in zip(messages, costs):
                 ledger.append(message, cost)
-            self._record("extend", tuple(messages))
+            self._record(Appended(tuple(messages), tuple(costs)))
 
     @staticmethod
     def _check_batch(messages: Iterable[Message]) -> list[Message]:
@@ -251,13 +263,80 @@ class _Memory:
                 raise TypeError(f"messages[{index}]: expected Message, got {type(message).__name__}")
         return batch
 
-    def _record(self, *entry: Any) -> None:
-        if self._journal is not None:
-            self._journal.append(entry)
+    def _record(self, change: Change) -> None:
+        for changes in self._recorders:
+            changes.append(change)
+
+    # -- the public change record ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def record(self) -> Iterator[list[Change]]:
+        """Collect every change made to this memory during the ``with`` block, from any thread or
+        task, into the yielded list, in the order they happened (see :mod:`rollmem.changes`).
+        Blocks may nest or overlap; each gets every change made while it is open."""
+        changes: list[Change] = []
+        with self._lock:
+            self._recorders.append(changes)
+        try:
+            yield changes
+        finally:
+            with self._lock:
+                self._recorders = [other for other in self._recorders if other is not changes]
+
+    @property
+    def on_evict(self) -> Optional[EvictHook]:
+        """The hook called with the messages of each committed eviction (``None``: none). It may be
+        replaced (:mod:`rollmem.sessions` holds it back until a session's changes are saved)."""
+        return self._on_evict
+
+    @on_evict.setter
+    def on_evict(self, hook: Optional[EvictHook]) -> None:
+        _check_callable("on_evict", hook)
+        self._on_evict = hook
+
+    @property
+    def token_counter(self) -> Optional[TokenCounter]:
+        """The counter that measures each message (``None`` for classes that count no tokens)."""
+        return self._token_counter
+
+    def costs(self) -> list[int]:
+        """The cost of each buffer message by this memory's rule, aligned with :attr:`buffer`."""
+        with self._lock:
+            ledger = self._ledger
+            ledger.sync(self._measure_at)
+            return ledger.costs()
+
+    def restore(
+        self, summary: str, messages: Iterable[Message], costs: Optional[Sequence[int]] = None
+    ) -> None:
+        """Replace summary and buffer wholesale, as a load does: nothing is recorded, nothing is
+        evicted, a fold in flight is discarded. With ``costs`` (one non-negative ``int`` per message,
+        measured by this memory's rule) the messages are not counted again. Nothing changes on error."""
+        if not isinstance(summary, str):
+            raise TypeError(f"summary: expected str, got {type(summary).__name__}")
+        batch = self._check_batch(messages)
+        known: Optional[list[int]] = None
+        if costs is not None:
+            known = list(costs)
+            if len(known) != len(batch):
+                raise ValueError(f"costs: expected {len(batch)} costs, got {len(known)}")
+            for index, cost in enumerate(known):
+                if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+                    raise TypeError(f"costs[{index}]: expected a non-negative int, got {cost!r}")
+        with self._lock:
+            ledger = self._ledger
+            ledger.replace(batch)
+            if known is not None:
+                trusted = known
+                ledger.sync(lambda message, position: trusted[position])
+            self._summary = summary
+            self._generation += 1
 
     # -- the fold flow ----------------------------------------------------------------------
 
-    def _begin_fold(self, plan_fn: Callable[[], Optional[Plan]]) -> Optional[_Fold]:
+    def _begin_fold(
+        self, plan_fn: Callable[[], Optional[Plan]], keep_last: Optional[int] = None
+    ) -> Optional[_Fold]:
         """Plan a fold; ``None`` when there is nothing to cut. The caller holds the fold lock and
         ends the fold with :meth:`_finish_fold` or :meth:`_fail_fold`."""
         ledger = self._ledger
@@ -269,7 +348,7 @@ class _Memory:
                 return None
             if self._summarize_fn is not None:
                 self._counts["summarizer_calls"] += 1
-            return _Fold(plan, self._summary, self._generation)
+            return _Fold(plan, self._summary, self._generation, keep_last)
 
     def _fail_fold(self, fold: _Fold, error: BaseException) -> None:
         """End a fold whose summarizer call raised (or was cancelled): nothing changes."""
@@ -288,15 +367,32 @@ class _Memory:
         plan = fold.plan
         with self._lock:
             ledger = self._ledger
+            before = list(ledger.items) if self._recorders else []
             if fold.generation != self._generation or not ledger.commit(plan):
                 ledger.abort(plan)
                 return DISCARDED
+            if self._recorders:
+                self._record_fold(fold, before, new_summary)
             self._summary = new_summary
             counts = self._counts
             counts["folds"] += 1
             key = "messages_dropped" if self._summarize_fn is None else "messages_summarized"
             counts[key] += len(plan.messages)
         return len(plan.messages)
+
+    def _record_fold(self, fold: _Fold, before: list[Message], new_summary: str) -> None:
+        cut = fold.plan.messages
+        positions: list[int] = []
+        index = 0
+        for message in cut:  # the cut is an ordered subsequence of the buffer's front
+            while before[index] is not message:
+                index += 1
+            positions.append(index)
+            index += 1
+        if self._summarize_fn is None:
+            self._record(Dropped(tuple(positions), tuple(cut), fold.keep_last))
+        else:
+            self._record(Folded(new_summary, tuple(positions), tuple(cut), fold.keep_last))
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -345,7 +441,7 @@ class _Memory:
             self._summary = ""
             self._ledger.clear()
             self._generation += 1
-            self._record("clear")
+            self._record(Cleared())
 
     def pin(self, message_id: str) -> None:
         """Pin every buffer message whose ``id`` is ``message_id``: it will never be evicted."""
@@ -366,21 +462,7 @@ class _Memory:
                 message = ledger.items[position]
                 if message.pinned != pinned:
                     ledger.set_at(position, replace(message, pinned=pinned))
-            self._record("pin" if pinned else "unpin", message_id)
-
-    def _apply_plain(self, entry: tuple[Any, ...]) -> None:
-        kind = entry[0]
-        if kind == "clear":
-            self.clear()
-        elif kind in ("pin", "unpin"):
-            with contextlib.suppress(KeyError):  # the message left in the other writer's state
-                self._set_pinned(entry[1], kind == "pin")
-        elif kind == "set_summary":
-            self.summary = entry[1]
-        elif kind == "set_buffer":
-            self.buffer = list(entry[1])
-        else:
-            raise ValueError(f"unknown journal entry {kind!r}")
+            self._record(Pinned(message_id) if pinned else Unpinned(message_id))
 
     # -- serialization ----------------------------------------------------------------------
 
@@ -564,11 +646,11 @@ class _SyncMemory(_Memory):
         while self._needs_fold() and self._run(self._plan) != 0:
             pass  # a fold discarded by a change made meanwhile is planned again
 
-    def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
+    def _run(self, plan_fn: Callable[[], Optional[Plan]], keep_last: Optional[int] = None) -> int:
         with self._fold_lock:
             if self._ledger.in_flight:
                 return 0  # called back from inside this thread's own fold: leave it to that fold
-            fold = self._begin_fold(plan_fn)
+            fold = self._begin_fold(plan_fn, keep_last)
             if fold is None:
                 return 0
             summarize = self._summarize_fn
@@ -586,28 +668,13 @@ class _SyncMemory(_Memory):
                 self._on_evict(fold.plan.messages)
             return count
 
-    def _replay(self, entries: Iterable[tuple[Any, ...]]) -> None:
-        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
-        for entry in entries:
-            kind = entry[0]
-            if kind == "add":
-                self._append_one(entry[1])
-                self._prune()
-            elif kind == "extend":
-                self.extend(entry[1])
-            elif kind == "fold":
-                getattr(self, "fold")(entry[1])  # noqa: B009 - only summarizing classes journal folds
-            else:
-                self._apply_plain(entry)
-
 
 class _SyncFolding(_SyncMemory):
     def fold(self, keep_last: int = 0) -> int:
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
         keep = _check_keep_last(keep_last)
-        count = self._run(lambda: self._ledger.plan_keep_last(keep))
-        self._record("fold", keep)
+        count = self._run(lambda: self._ledger.plan_keep_last(keep), keep)
         return max(count, 0)
 
 
@@ -718,8 +785,7 @@ class _AsyncMemory(_Memory):
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
         keep = _check_keep_last(keep_last)
-        count = await self._run(lambda: self._ledger.plan_keep_last(keep))
-        self._record("fold", keep)
+        count = await self._run(lambda: self._ledger.plan_keep_last(keep), keep)
         return max(count, 0)
 
     async def flush(self) -> None:
@@ -758,14 +824,14 @@ class _AsyncMemory(_Memory):
             self._fold_lock_loop = loop
         return self._fold_lock
 
-    async def _run(self, plan_fn: Callable[[], Optional[Plan]]) -> int:
+    async def _run(self, plan_fn: Callable[[], Optional[Plan]], keep_last: Optional[int] = None) -> int:
         task = asyncio.current_task()
         if self._fold_owner is task and self._ledger.in_flight:
             return 0  # called back from inside this task's own fold: leave it to that fold
         async with self._lock_for_loop():
             self._fold_owner = task
             try:
-                fold = self._begin_fold(plan_fn)
+                fold = self._begin_fold(plan_fn, keep_last)
                 if fold is None:
                     return 0
                 summarize = self._summarize_fn
@@ -786,20 +852,6 @@ class _AsyncMemory(_Memory):
                 return count
             finally:
                 self._fold_owner = None
-
-    async def _areplay(self, entries: Iterable[tuple[Any, ...]]) -> None:
-        """Re-apply journal entries through the public methods (used by :mod:`rollmem.sessions`)."""
-        for entry in entries:
-            kind = entry[0]
-            if kind == "add":
-                self._append_one(entry[1])
-                await self._prune()
-            elif kind == "extend":
-                await self.extend(entry[1])
-            elif kind == "fold":
-                await self.fold(entry[1])
-            else:
-                self._apply_plain(entry)
 
 
 # -- the public classes ----------------------------------------------------------------------
