@@ -219,36 +219,6 @@ def test_an_object_with_async_call_is_awaited(char_counter: Callable[[str], int]
     assert (mem.summary, contents(mem)) == ("ab", ["c", "d"])
 
 
-def test_journal_and_areplay(char_counter: Callable[[str], int]) -> None:
-    async def main() -> None:
-        def summarize(summary: str, messages: Sequence[Message]) -> str:
-            return summary + "*" * len(messages)
-
-        source = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
-        source._journal = []
-        await source.add_user_message("ab", id="x")
-        await source.extend([Message("user", "cd")])
-        source.summary = "S"
-        source.clear()
-        await source.add_user_message("e")
-        assert source._journal == [
-            ("add", Message("user", "ab", id="x")),
-            ("extend", (Message("user", "cd"),)),
-            ("set_summary", "S"),
-            ("clear",),
-            ("add", Message("user", "e")),
-        ]
-        target = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
-        await target._areplay(source._journal)
-        assert (
-            target.to_dict()
-            == source.to_dict()
-            == {"version": 2, "summary": "", "buffer": [{"role": "user", "content": "e"}]}
-        )
-
-    asyncio.run(main())
-
-
 def test_from_dict_takes_the_same_configuration(char_counter: Callable[[str], int], recorder: Any) -> None:
     data = {"version": 1, "summary": "", "buffer": [{"role": "user", "content": "abc"}]}
 

@@ -440,54 +440,6 @@ def test_a_buffer_holding_a_non_message_is_refused() -> None:
     assert contents(mem) == ["kept", "next"]
 
 
-# --- the journal hook (private, used by rollmem.sessions) --------------------------------------------------
-
-
-def test_journal_records_public_mutations(char_counter: Callable[[str], int], recorder: Any) -> None:
-    mem = RollingMemory(max_tokens=100, summarize_fn=recorder, token_counter=char_counter)
-    assert mem._journal is None
-    mem.add_user_message("before")
-    mem._journal = []
-    u = mem.add_user_message("hi", id="u1")
-    batch = (Message("assistant", "yo", id="a1"), Message("user", "more"))
-    mem.extend(batch)
-    mem.pin("u1")
-    mem.unpin("u1")
-    assert mem.fold(keep_last=1) == 3
-    mem.summary = "S"
-    mem.buffer = [Message("user", "fresh")]
-    mem.clear()
-    assert mem._journal == [
-        ("add", u),
-        ("extend", batch),
-        ("pin", "u1"),
-        ("unpin", "u1"),
-        ("fold", 1),
-        ("set_summary", "S"),
-        ("set_buffer", (Message("user", "fresh"),)),
-        ("clear",),
-    ]
-
-
-def test_replay_reapplies_entries_through_the_public_methods(char_counter: Callable[[str], int]) -> None:
-    source = RollingMemory(
-        max_tokens=6, summarize_fn=lambda s, m: s + "*" * len(m), token_counter=char_counter
-    )
-    source._journal = []
-    source.add_user_message("aaa", id="a")
-    source.pin("a")
-    source.extend([Message("user", "bb"), Message("assistant", "cc")])
-    source.add_user_message("dd")
-    source.fold(keep_last=1)
-    target = RollingMemory(
-        max_tokens=6, summarize_fn=lambda s, m: s + "*" * len(m), token_counter=char_counter
-    )
-    target._replay(source._journal)
-    assert target.to_dict() == source.to_dict()
-    assert target.buffer == [Message("user", "aaa", id="a", pinned=True), Message("user", "dd")]
-    assert target.summary == "**"
-
-
 def test_pin_and_unpin_recount_nothing() -> None:
     count, seen = counting(len)
     mem = RollingMemory(token_counter=count)
