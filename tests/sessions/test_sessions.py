@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -664,7 +665,8 @@ def test_another_worker_counts_only_what_it_adds_when_identities_match(backend: 
         memory.extend([Message("user", f"m{i}") for i in range(20)])
     for turn in range(3):
         counter = NamedCounter()  # a fresh worker: nothing cached
-        with Sessions(store, lambda: RollingMemory(1000, token_counter=counter)).open("s") as memory:
+        worker = Sessions(store, functools.partial(RollingMemory, 1000, token_counter=counter))
+        with worker.open("s") as memory:
             assert memory.stats().buffer_tokens == 20 + 2 * turn
             memory.add_user_message("question")
             memory.add_assistant_message("answer")
