@@ -34,6 +34,7 @@ import contextlib
 import functools
 import inspect
 import json
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Iterator, Sequence
@@ -158,18 +159,35 @@ def _named(session_id: str, error: InvalidStateError) -> InvalidStateError:
 
 
 def _messages(session_id: str, entries: Sequence[LogEntry], first: int) -> list[Message]:
-    messages = []
-    for index, entry in enumerate(entries, first):
-        try:
-            data = json.loads(entry.message)
-        except ValueError as exc:
-            problem = InvalidStateError(f"buffer[{index}]", f"stored message is not valid JSON: {exc}")
-            raise _named(session_id, problem) from exc
-        try:
-            messages.append(message_from_dict(data, f"buffer[{index}]"))
-        except InvalidStateError as exc:
-            raise _named(session_id, exc) from exc
-    return messages
+    try:  # one parse for the whole buffer; entry by entry only to name a bad one
+        items = json.loads("[" + ",".join(entry.message for entry in entries) + "]")
+        if len(items) != len(entries):
+            raise ValueError("an entry holds more than one value")
+    except ValueError:
+        items = []
+        for index, entry in enumerate(entries, first):
+            try:
+                items.append(json.loads(entry.message))
+            except ValueError as exc:
+                problem = InvalidStateError(f"buffer[{index}]", f"stored message is not valid JSON: {exc}")
+                raise _named(session_id, problem) from exc
+    try:
+        return [_message(item, index) for index, item in enumerate(items, first)]
+    except InvalidStateError as exc:
+        raise _named(session_id, exc) from exc
+
+
+_PLAIN = frozenset(("role", "content"))
+
+
+def _message(item: Any, index: int) -> Message:
+    """``message_from_dict``, with a shortcut for the common ``{"role", "content"}`` shape (the
+    ``Message`` constructor checks the same things; the path is only built for an error)."""
+    if type(item) is dict and item.keys() == _PLAIN:
+        role, content = item["role"], item["content"]
+        if type(role) is str and type(content) is str:
+            return Message(role, content)
+    return message_from_dict(item, f"buffer[{index}]")
 
 
 def _trusted_costs(memory: _SessionMemory, head: Head, entries: Sequence[LogEntry]) -> Optional[list[int]]:
@@ -218,6 +236,21 @@ def _incremental(
     head = loaded.head
     assert head is not None
     identity = head.counter
+    buffer = memory.buffer
+    if all(type(change) is Appended for change in changes):  # the common turn: C-speed checks only
+        added = [m for change in changes for m in cast(Appended, change).messages]
+        costs = [c for change in changes for c in cast(Appended, change).costs]
+        loaded_count = len(loaded.messages)
+        if (
+            len(buffer) != loaded_count + len(added)
+            or not all(map(operator.is_, buffer, loaded.messages))
+            or not all(map(operator.is_, buffer[loaded_count:], added))
+            or memory.summary != head.summary
+        ):
+            return None
+        new = tuple(_entry(session_id, m, c) for m, c in zip(added, costs))
+        append = LogWrite(head.incarnation, new, counter=identity, ttl=ttl) if new else None
+        return _Plan(append, loaded.seqs, len(new), True)
     slots: list[tuple[int, Message, int]] = [(seq, m, -1) for seq, m in zip(loaded.seqs, loaded.messages)]
     removed: list[int] = []
     removed_new = folded = False
@@ -239,7 +272,6 @@ def _incremental(
             slots = [slot for index, slot in enumerate(slots) if index not in gone]
             if isinstance(change, Folded):
                 summary = change.summary
-    buffer = memory.buffer
     if len(slots) != len(buffer) or any(slot[1] is not message for slot, message in zip(slots, buffer)):
         return None
     if memory.summary != (head.summary if summary is None else summary):
@@ -274,7 +306,7 @@ def _plan(
         head is not None
         and memory.summary == head.summary
         and len(buffer) == len(loaded.messages)
-        and all(a is b for a, b in zip(buffer, loaded.messages))
+        and all(map(operator.is_, buffer, loaded.messages))
     ):
         return _Plan(None, loaded.seqs, 0, True)  # what the block did left nothing changed
     identity = counter_identity(memory.token_counter)
