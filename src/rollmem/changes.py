@@ -180,9 +180,9 @@ def apply(memory: Any, changes: Iterable[Change]) -> None:
     """Mirror ``changes`` onto ``memory`` (any rollmem memory, sync or async): afterwards its summary
     and buffer are what the recorded memory's were. No summarizer call, no eviction; only messages
     the target has not counted yet are counted. The target records the result as one
-    :class:`SummaryAssigned` and one :class:`BufferAssigned` if it is recording. Nothing changes on
-    error."""
+    :class:`BufferAssigned` (and a :class:`SummaryAssigned` when the summary changed) if it is
+    recording. Nothing changes on error."""
     summary, messages = replay(memory.summary, memory.buffer, changes)
+    memory.buffer = messages  # first: counting the new messages is what may fail
     if summary != memory.summary:
         memory.summary = summary
-    memory.buffer = messages
