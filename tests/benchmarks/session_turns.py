@@ -202,68 +202,89 @@ def pair_json_bytes(turn: int) -> int:
     )
 
 
-def run_mode(
-    layout: str, budget: int, mode: str, turns: int, directory: Path, count: Callable[[str], int]
-) -> dict[str, Any]:
-    path = str(directory / f"{layout}-{budget}-{mode}.db")
-    metered: Metered = (
-        MeteredLog(SQLiteStore(path)) if layout == "log" else MeteredWhole(JsonSQLiteStore(path))
-    )
-    counter = Counting(count)
-    summarizer = Summarizer()
+class Run:
+    """One layout, mode and budget: a session filled to steady state, then timed turn by turn."""
 
-    def factory() -> RollingMemory:
-        return RollingMemory(budget, summarizer, counter, target_tokens=budget * 3 // 4)
+    def __init__(
+        self, layout: str, budget: int, mode: str, directory: Path, count: Callable[[str], int]
+    ) -> None:
+        self.layout, self.budget, self.mode = layout, budget, mode
+        path = str(directory / f"{layout}-{budget}-{mode.replace(' ', '-')}.db")
+        store = SQLiteStore(path) if layout == "log" else JsonSQLiteStore(path)
+        self.metered: Metered = MeteredLog(store) if layout == "log" else MeteredWhole(store)
+        self.counter = Counting(count)
+        self.summarizer = Summarizer()
+        self.shared = Sessions(self.metered, self.factory)
+        self.number = 0
+        self.times: list[int] = []
+        self.calls: list[int] = []
+        self.sizes: list[tuple[int, int]] = []
+        self.folds_seen: list[bool] = []
+        while True:  # fill to steady state: past the first fold, then to a multiple of 10 turns
+            self.turn()
+            if self.summarizer.calls and self.number % 10 == 0:
+                break
+        self.summarizer_before = self.summarizer.calls
 
-    shared = Sessions(metered, factory)
+    def factory(self) -> RollingMemory:
+        return RollingMemory(self.budget, self.summarizer, self.counter, target_tokens=self.budget * 3 // 4)
 
-    def one_turn(number: int) -> None:
-        sessions = shared if mode == "cached" else Sessions(metered, factory)
-        user, assistant = turn_texts(number)
+    def turn(self) -> None:
+        sessions = self.shared if self.mode == "cached" else Sessions(self.metered, self.factory)
+        user, assistant = turn_texts(self.number)
         with sessions.open("bench") as memory:
             memory.get_messages()
             memory.add_user_message(user)
             memory.add_assistant_message(assistant)
+        self.number += 1
 
-    number = 0
-    while True:  # fill to steady state: past the first fold, then 10 turns more
-        one_turn(number)
-        number += 1
-        if summarizer.calls and number % 10 == 0:
-            break
-    times, calls, sizes, folds_seen = [], [], [], []
-    summarizer_before = summarizer.calls
+    def step(self) -> None:
+        """One timed turn."""
+        metered = self.metered
+        self.counter.calls, metered.bytes, folds = 0, 0, metered.folds
+        pair = pair_json_bytes(self.number)
+        start = time.perf_counter_ns()
+        self.turn()
+        self.times.append(time.perf_counter_ns() - start)
+        self.calls.append(self.counter.calls)
+        self.sizes.append((metered.bytes, pair))
+        self.folds_seen.append(metered.folds != folds)
+
+    def result(self) -> dict[str, Any]:
+        stored = self.shared.get("bench")
+        assert stored is not None
+        self.metered.store.close()
+        plain = [size for size, folded in zip(self.sizes, self.folds_seen) if not folded]
+        return {
+            "layout": self.layout,
+            "budget": self.budget,
+            "mode": self.mode,
+            "buffered": len(stored.buffer),
+            "us_per_turn": statistics.median(self.times) / 1000,
+            "counter_calls_per_turn": statistics.mean(self.calls),
+            "max_counter_calls": max(self.calls),
+            "bytes_per_plain_turn": statistics.mean(s for s, _ in plain) if plain else float("nan"),
+            "max_excess_bytes": max((s - pair for s, pair in plain), default=0),
+            "folding_turns": sum(self.folds_seen),
+            "summarizer_calls": self.summarizer.calls - self.summarizer_before,
+        }
+
+
+def run_budgets(
+    layout: str, mode: str, turns: int, directory: Path, count: Callable[[str], int]
+) -> list[dict[str, Any]]:
+    """Both budgets side by side, their timed turns interleaved so that load on the machine
+    weighs on both alike."""
+    runs = [Run(layout, budget, mode, directory, count) for budget in BUDGETS]
     gc.collect()
     gc.disable()
     try:
         for _ in range(turns):
-            counter.calls, metered.bytes, folds = 0, 0, metered.folds
-            start = time.perf_counter_ns()
-            one_turn(number)
-            times.append(time.perf_counter_ns() - start)
-            calls.append(counter.calls)
-            sizes.append((metered.bytes, pair_json_bytes(number)))
-            folds_seen.append(metered.folds != folds)
-            number += 1
+            for run in runs:
+                run.step()
     finally:
         gc.enable()
-    stored = shared.get("bench")
-    assert stored is not None
-    metered.store.close()
-    plain = [size for size, folded in zip(sizes, folds_seen) if not folded]
-    return {
-        "layout": layout,
-        "budget": budget,
-        "mode": mode,
-        "buffered": len(stored.buffer),
-        "us_per_turn": statistics.median(times) / 1000,
-        "counter_calls_per_turn": statistics.mean(calls),
-        "max_counter_calls": max(calls),
-        "bytes_per_plain_turn": statistics.mean(s for s, _ in plain) if plain else float("nan"),
-        "max_excess_bytes": max((s - pair for s, pair in plain), default=0),
-        "folding_turns": sum(folds_seen),
-        "summarizer_calls": summarizer.calls - summarizer_before,
-    }
+    return [run.result() for run in runs]
 
 
 def contention(directory: Path, tasks: int) -> dict[str, int]:
@@ -308,8 +329,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         directory = Path(scratch)
         for layout in ("log", "json"):
             for mode in ("another worker", "cached"):
-                for budget in BUDGETS:
-                    results.append(run_mode(layout, budget, mode, turns, directory, count))
+                results.extend(run_budgets(layout, mode, turns, directory, count))
         contended = [contention(directory, tasks) for tasks in (16, 64)]
 
     print(
