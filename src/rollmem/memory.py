@@ -598,8 +598,9 @@ class _Memory:
             known = list(costs)
             if len(known) != len(messages):
                 raise ValueError(f"costs: expected {len(messages)} costs, got {len(known)}")
-            for index, cost in enumerate(known):
-                v.check_int(f"costs[{index}]", cost, 0)
+            if not all(type(cost) is int for cost in known) or (known and min(known) < 0):
+                for index, cost in enumerate(known):  # name the bad one
+                    v.check_int(f"costs[{index}]", cost, 0)
         self._restore(summary, messages, known)
 
     def _restore(self, summary: str, messages: list[Message], costs: Optional[list[int]] = None) -> None:

@@ -259,9 +259,7 @@ def _incremental(
     for change in changes:
         if isinstance(change, Appended):
             slots.extend((-1, m, c) for m, c in zip(change.messages, change.costs))
-        elif (
-            isinstance(change, (Folded, Dropped)) and change.positions
-        ):  # (an empty one: fold() found nothing)
+        elif isinstance(change, (Folded, Dropped)) and change.positions:  # empty: fold() found nothing
             folded = True
             if change.positions and change.positions[-1] >= len(slots):
                 return None

@@ -197,6 +197,24 @@ def test_interleaved_blocks_keep_both_messages_once(backend: Backend) -> None:
     assert contents(stored) == ["base", "from second", "from first"]
 
 
+def test_a_fold_that_finds_nothing_is_written_as_an_append(backend: Backend) -> None:
+    summarize = lambda summary, messages: summary + "*" * len(messages)  # noqa: E731
+    first = Sessions(backend.store(), lambda: RollingMemory(100, summarize))
+    second = Sessions(backend.store(), lambda: RollingMemory(100, summarize))
+    with first.open("s") as memory:
+        memory.add_user_message("base")
+    with first.open("s") as memory:
+        memory.add_user_message("from first")
+        assert memory.fold(keep_last=5) == 0  # recorded (a replay would redo it), folds nothing
+        with second.open("s") as other:  # another writer folds meanwhile
+            other.add_user_message("from second")
+            other.fold(keep_last=1)
+    assert first.retries == 0  # no compare-and-set on the head: nothing to redo
+    stored = second.get("s")
+    assert stored is not None
+    assert (stored.summary, contents(stored)) == ("*", ["from second", "from first"])
+
+
 def test_the_same_object_may_open_one_session_twice(backend: Backend) -> None:
     sessions = Sessions(backend.store(), BufferMemory)
     with sessions.open("s") as outer:
