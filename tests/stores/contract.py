@@ -942,6 +942,26 @@ class AsyncLogStoreContract(_LogContract):
     def run(self, store: Any, steps: Scenario) -> None:
         asyncio.run(adrive(store, steps))
 
+    def test_tasks_appending_never_conflict(self, store: Any) -> None:
+        async def main() -> Optional[StoredLog]:
+            try:
+                head = await store.awrite("s", create())
+
+                async def appender(index: int) -> None:
+                    for number in range(10):
+                        await store.awrite("s", append(head, f"t{index}-{number}"))
+                        await asyncio.sleep(0)
+
+                await asyncio.gather(*(appender(i) for i in range(6)))
+                return await store.aload("s")
+            finally:
+                await store.aclose()
+
+        stored = asyncio.run(main())
+        assert sorted(texts(stored)) == sorted(f"t{i}-{n}" for i in range(6) for n in range(10))
+        assert stored is not None
+        assert [e.seq for e in stored.entries] == list(range(60))
+
 
 class DictStore:
     """A whole-state store as a third party writes it against the original protocol (load/save
