@@ -318,3 +318,28 @@ def test_async_update_reruns_a_coroutine_function(backend: Backend) -> None:
         return contents(stored)
 
     assert backend.run(main) == ["B"]
+
+
+def test_an_async_on_evict_is_awaited_once_per_committed_eviction(backend: Backend) -> None:
+    evicted: list[list[str]] = []
+
+    async def hook(messages: Sequence[Message]) -> None:
+        await asyncio.sleep(0)
+        evicted.append([m.content for m in messages])
+
+    async def main() -> None:
+        def factory() -> AsyncRollingMemory:
+            return AsyncRollingMemory(2, fold_ids, on_evict=hook)
+
+        first, second = AsyncSessions(backend.store(), factory), AsyncSessions(backend.store(), factory)
+        async with first.open("s") as memory:
+            await memory.add_user_message("a")
+            await memory.add_user_message("b")
+        async with first.open("s") as memory:
+            await memory.add_user_message("c")
+            async with second.open("s") as other:
+                await other.add_user_message("d")
+            assert evicted == [["a"]]
+        assert evicted == [["a"], ["b"]]
+
+    backend.run(main)

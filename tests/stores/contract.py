@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from rollmem.errors import ConflictError
 from rollmem.stores import Head, LogEntry, LogWrite, StoredLog, StoredSession
-from rollmem.stores._common import check_prefix, check_save, check_session_id, conflict
+from rollmem.stores._common import apply_write, check_prefix, check_save, check_session_id, conflict
 
 __all__ = [
     "AsyncLogStoreContract",
@@ -759,6 +759,51 @@ class _LogContract:
         assert (yield call("ids")) == []
 
 
+_LOG_OPERATION = st.one_of(
+    st.tuples(st.just("create"), _KEYS, st.integers(0, 3)),
+    st.tuples(st.just("append"), _KEYS, st.integers(0, 3), st.booleans()),
+    st.tuples(
+        st.just("fold"),
+        _KEYS,
+        st.integers(0, 2),
+        st.integers(0, 4),
+        st.sampled_from([0, 0, 1]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("rewrite"), _KEYS, st.integers(0, 2), st.sampled_from([0, 0, 1])),
+    st.tuples(st.sampled_from(["delete", "load"]), _KEYS),
+)
+
+
+def _parsed(entries: Any) -> list[tuple[int, int, Any]]:
+    return [(e.seq, e.cost, json.loads(e.message)) for e in entries]
+
+
+def _model_write(
+    model: dict[str, tuple[Head, list[LogEntry]]], store: Any, session_id: str, change: LogWrite
+) -> None:
+    """Apply ``change`` to the store and to the model (through the reference semantics): both
+    succeed alike or both conflict, and agree on the head (but for a new incarnation's name)."""
+    current = model.get(session_id)
+    try:
+        head, entries = apply_write(
+            session_id,
+            None if current is None else current[0],
+            [] if current is None else current[1],
+            change,
+            "?",
+        )
+    except ConflictError:
+        with pytest.raises(ConflictError):
+            store.write(session_id, change)
+        return
+    written = store.write(session_id, change)
+    if change.create:
+        head = Head(written.incarnation, head.revision, head.summary, head.tail, head.counter)
+    assert written == head
+    model[session_id] = (head, entries)
+
+
 class LogStoreContract(_LogContract):
     """The log contract through the blocking methods, plus threads racing on one session."""
 
@@ -772,6 +817,71 @@ class LogStoreContract(_LogContract):
 
     def run(self, store: Any, steps: Scenario) -> None:
         drive(store, steps)
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+    )
+    @given(operations=st.lists(_LOG_OPERATION, max_size=25))
+    def test_random_writes_match_the_reference_semantics(
+        self, store: Any, operations: list[tuple[Any, ...]]
+    ) -> None:
+        """Any sequence of creates, appends, folds and rewrites (right or stale expectations),
+        deletes and loads agrees with ``apply_write`` on a dict."""
+        namespace = f"{uuid.uuid4().hex}/"
+        model: dict[str, tuple[Head, list[LogEntry]]] = {}
+        for number, (operation, key, *rest) in enumerate(operations, 1):
+            session_id = namespace + key
+            current = model.get(session_id)
+            head = current[0] if current is not None else Head("gone", 1, "", 0, "c")
+            new = tuple(entry(f"m{number}-{i}") for i in range(rest[0] if rest else 0))
+            if operation == "create":
+                _model_write(
+                    model, store, session_id, LogWrite("", new, summary="", counter="c", create=True)
+                )
+            elif operation == "append":
+                counter = head.counter if rest[1] else "other"
+                _model_write(model, store, session_id, LogWrite(head.incarnation, new, counter=counter))
+            elif operation == "fold":
+                _, cut, stale, keep_first = rest
+                live = [] if current is None else [e.seq for e in current[1]]
+                cut_seq = live[min(cut, len(live) - 1)] if live else 0
+                keep = tuple(live[:1]) if keep_first else ()
+                change = LogWrite(
+                    head.incarnation,
+                    new[:1],
+                    expected_revision=head.revision + stale,
+                    summary=f"s{number}",
+                    cut=cut_seq,
+                    keep=keep,
+                    counter="c",
+                )
+                _model_write(model, store, session_id, change)
+            elif operation == "rewrite":
+                change = LogWrite(
+                    head.incarnation,
+                    new,
+                    expected_revision=head.revision,
+                    expected_tail=head.tail + rest[1],
+                    summary=f"r{number}",
+                    replace=True,
+                    counter=None if number % 2 else "c",
+                )
+                _model_write(model, store, session_id, change)
+            elif operation == "delete":
+                assert store.delete(session_id) is (model.pop(session_id, None) is not None)
+            else:
+                stored = store.load(session_id)
+                if current is None:
+                    assert stored is None
+                else:
+                    assert stored is not None
+                    assert stored.head == current[0]
+                    assert _parsed(stored.entries) == _parsed(current[1]), (
+                        "equal JSON (a store may reformat it)"
+                    )
+        assert store.ids(namespace) == sorted(model)
 
     def test_threads_appending_and_folding_lose_and_duplicate_nothing(self, store: Any) -> None:
         """Appenders never retry; folders (compare-and-set) retry until they win; every message
@@ -831,6 +941,26 @@ class AsyncLogStoreContract(_LogContract):
 
     def run(self, store: Any, steps: Scenario) -> None:
         asyncio.run(adrive(store, steps))
+
+    def test_tasks_appending_never_conflict(self, store: Any) -> None:
+        async def main() -> Optional[StoredLog]:
+            try:
+                head = await store.awrite("s", create())
+
+                async def appender(index: int) -> None:
+                    for number in range(10):
+                        await store.awrite("s", append(head, f"t{index}-{number}"))
+                        await asyncio.sleep(0)
+
+                await asyncio.gather(*(appender(i) for i in range(6)))
+                return await store.aload("s")
+            finally:
+                await store.aclose()
+
+        stored = asyncio.run(main())
+        assert sorted(texts(stored)) == sorted(f"t{i}-{n}" for i in range(6) for n in range(10))
+        assert stored is not None
+        assert [e.seq for e in stored.entries] == list(range(60))
 
 
 class DictStore:
