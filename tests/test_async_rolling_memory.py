@@ -196,12 +196,12 @@ async def test_record_and_replay(char_counter: Callable[[str], int]) -> None:
         source.clear()
         await source.add_user_message("e")
     assert changes == [
-        Appended((Message("user", "ab", id="x"),)),
-        Appended((Message("user", "cd"),)),
-        Folded("*", 1),
+        Appended((Message("user", "ab", id="x"),), (2,)),
+        Appended((Message("user", "cd"),), (2,)),
+        Folded("*", (0,), (Message("user", "ab", id="x"),)),
         SummaryAssigned("S"),
         Cleared(),
-        Appended((Message("user", "e"),)),
+        Appended((Message("user", "e"),), (1,)),
     ]
     target = AsyncRollingMemory(max_tokens=3, summarize_fn=summarize, token_counter=char_counter)
     await target.replay(changes)

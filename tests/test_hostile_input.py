@@ -18,7 +18,8 @@ from rollmem import AsyncRollingMemory, BufferMemory, Message, RollingMemory, To
 from rollmem.adapters import from_anthropic, from_openai
 from rollmem.errors import InvalidStateError
 from rollmem.sessions import AsyncSessions, Sessions
-from rollmem.stores import MemoryStore, SQLiteStore
+from rollmem.stores import LogEntry, LogWrite, MemoryStore, SQLiteStore
+from stores.contract import DictStore
 
 HALF_EMOJI = json.loads('"\\ud83d"')  # what a client cutting "😀" by UTF-16 length sends
 BIG = "x" * 10_000_000
@@ -244,10 +245,18 @@ def test_sessions_reject_a_ttl_no_store_can_keep_at_construction(ttl: Any) -> No
     ],
 )
 def test_deeply_nested_stored_state_raises_invalid_state_naming_the_session(state: str) -> None:
-    store = MemoryStore()
-    store.save("deep", state, 0)
-    sessions = Sessions(store, BufferMemory)
+    whole = DictStore()  # a whole-state store, read through the adapter
+    whole.save("deep", state, 0)
+    sessions: Sessions[BufferMemory] = Sessions(whole, BufferMemory)
     with pytest.raises(InvalidStateError, match=r"^session 'deep': "), sessions.open("deep"):
+        pass
+
+
+def test_a_deeply_nested_logged_message_raises_invalid_state_naming_the_session() -> None:
+    store = MemoryStore()
+    store.write("deep", LogWrite("", (LogEntry(deep_json(), -1),), create=True))
+    sessions = Sessions(store, BufferMemory)
+    with pytest.raises(InvalidStateError, match=r"^session 'deep': buffer\[0\]: "), sessions.open("deep"):
         pass
 
 

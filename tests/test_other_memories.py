@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rollmem import AsyncSummaryMemory, BufferMemory, SummaryMemory, WindowMemory
-from rollmem.changes import Appended, Dropped, Folded, Pinned
+from rollmem.changes import Appended, Dropped, Folded, Unpinned
 from rollmem.message import Message, ToolCall
 
 
@@ -365,9 +365,10 @@ def test_record_and_replay(make: Any) -> None:
         source.pin("a")
         source.extend([Message("user", "c")])
         source.add_user_message("d")
-    assert changes[0] == Appended((first,))
+    assert isinstance(changes[0], Appended)
+    assert changes[0].messages == (first,)
     kinds = [type(change).__name__ for change in changes if not isinstance(change, (Folded, Dropped))]
-    assert kinds == ["Appended", "Appended", "Pinned", "Pinned", "Appended", "Appended"]
+    assert kinds == ["Appended", "Appended", "Unpinned", "Pinned", "Appended", "Appended"]
     target = make()
     target.replay(changes)
     assert target.to_dict() == source.to_dict()
@@ -381,11 +382,11 @@ async def test_async_record_and_replay(recorder: Any) -> None:
         source.unpin("a")
         await source.fold()
     assert changes == [
-        Appended((Message("user", "a", id="a", pinned=True),)),
-        Appended((Message("user", "b"),)),
-        Folded("1", 1),
-        Pinned("a", False),
-        Folded("11", 1, keep_last=0),
+        Appended((Message("user", "a", id="a", pinned=True),), (0,)),
+        Appended((Message("user", "b"),), (0,)),
+        Folded("1", (1,), (Message("user", "b"),)),
+        Unpinned("a"),
+        Folded("11", (0,), (Message("user", "a", id="a"),), keep_last=0),
     ]
     target = AsyncSummaryMemory(lambda s, m: s + str(len(m)))
     await target.replay(changes)

@@ -19,6 +19,7 @@ from rollmem.changes import (
     Pinned,
     Restored,
     SummaryAssigned,
+    Unpinned,
 )
 from rollmem.message import Message, ToolCall
 
@@ -456,7 +457,7 @@ def test_a_buffer_holding_a_non_message_is_refused() -> None:
 def test_record_holds_every_change_in_order(char_counter: Callable[[str], int], recorder: Any) -> None:
     mem = RollingMemory(max_tokens=100, summarize_fn=recorder, token_counter=char_counter)
     assert not mem.recording
-    mem.add_user_message("before")
+    before = mem.add_user_message("before")
     with mem.record() as changes:
         assert mem.recording
         u = mem.add_user_message("hi", id="u1")
@@ -471,11 +472,11 @@ def test_record_holds_every_change_in_order(char_counter: Callable[[str], int], 
         mem.restore({"version": 2, "summary": "R", "buffer": []})
     assert not mem.recording
     assert changes == [
-        Appended((u,)),
-        Appended(batch),
-        Pinned("u1", True),
-        Pinned("u1", False),
-        Folded("before|hi|yo", 3, keep_last=1),
+        Appended((u,), (2,)),
+        Appended(batch, (2, 4)),
+        Pinned("u1"),
+        Unpinned("u1"),
+        Folded("before|hi|yo", (0, 1, 2), (before, u, batch[0]), keep_last=1),
         SummaryAssigned("S"),
         BufferAssigned((Message("user", "fresh"),)),
         Cleared(),
@@ -490,7 +491,7 @@ def test_recording_is_one_at_a_time_and_replay_takes_records_only() -> None:
     with pytest.raises(RuntimeError, match="already recording"):
         mem.start_recording()
     mem.add_user_message("x")
-    assert mem.stop_recording() == (Appended((Message("user", "x"),)),)
+    assert mem.stop_recording() == (Appended((Message("user", "x"),), (1,)),)
     with pytest.raises(TypeError, match=r"^changes\[1\]: expected a rollmem\.changes record, got tuple$"):
         mem.replay([Cleared(), ("clear",)])  # type: ignore[list-item]
     assert [m.content for m in mem.buffer] == ["x"]
@@ -501,7 +502,7 @@ def test_an_automatic_drop_is_recorded_and_left_to_the_target_policy() -> None:
     with source.record() as changes:
         for word in "abc":
             source.add_user_message(word)
-    assert changes[-1] == Dropped(1)
+    assert changes[-1] == Dropped((0,), (Message("user", "a"),))
     target = RollingMemory(max_tokens=2)
     target.replay(changes)
     assert target.to_dict() == source.to_dict()

@@ -257,19 +257,31 @@ def test_stats_start_fresh_after_a_load(recorder: Any) -> None:
     assert stats.buffer_tokens == sum(len(Message.from_dict(m).token_text()) for m in V2["buffer"])
 
 
-def test_restore_in_a_session_block_is_replayed_on_conflict() -> None:
+def test_restore_in_a_session_block_is_refused_on_conflict_and_update_reruns_it() -> None:
+    from rollmem.errors import ConflictError
     from rollmem.sessions import Sessions
-    from rollmem.stores import MemoryStore
+    from rollmem.stores import LogWrite, MemoryStore
 
     store = MemoryStore()
     sessions = Sessions(store, lambda: RollingMemory(max_tokens=100), cache_size=0)
     state = {"version": 2, "summary": "restored", "buffer": [{"role": "user", "content": "r"}]}
-    with sessions.open("s") as memory:
+
+    def restore_then_add(memory: RollingMemory) -> None:
         memory.restore(state)
         memory.add_user_message("after")
-        store.save("s", json.dumps({"version": 2, "summary": "other", "buffer": []}), 0)  # a rival wins
+
+    def lose_to_a_rival() -> None:
+        with sessions.open("s") as memory:
+            restore_then_add(memory)
+            store.write("s", LogWrite("", summary="other", create=True))  # a rival wins
+
+    with pytest.raises(ConflictError, match="restored"):
+        lose_to_a_rival()
+    rival = sessions.get("s")
+    assert rival is not None
+    assert rival.summary == "other"  # nothing of the refused block was written
+    sessions.update("s", restore_then_add)
     saved = sessions.get("s")
     assert saved is not None
     assert saved.summary == "restored"
     assert [m.content for m in saved.buffer] == ["r", "after"]
-    assert sessions.retries == 1

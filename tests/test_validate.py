@@ -161,12 +161,12 @@ def test_every_ttl_is_checked_alike() -> None:
     """Sessions refuse at construction what a store would refuse at the first save."""
     from rollmem import BufferMemory
     from rollmem.sessions import Sessions
-    from rollmem.stores import MemoryStore
+    from rollmem.stores import LogWrite, MemoryStore
 
     store = MemoryStore()
     for ttl in (float("inf"), float("nan"), 0, -1):
         with pytest.raises(ValueError, match=r"^ttl must be a finite number > 0, got ") as session_error:
             Sessions(store, BufferMemory, ttl=ttl)
         with pytest.raises(ValueError, match=r"^ttl must be a finite number > 0, got ") as store_error:
-            store.save("s", "x", 0, ttl=ttl)
+            store.write("s", LogWrite("", create=True, ttl=ttl))
         assert str(session_error.value) == str(store_error.value)

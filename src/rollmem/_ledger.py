@@ -161,6 +161,10 @@ class Ledger:
         for message, cost in zip(messages, costs):
             self._push(message, cost)
 
+    def costs(self) -> list[int]:
+        """The cost of each message, aligned with ``items`` when the ledger is not :attr:`dirty`."""
+        return list(self._costs)
+
     def clear(self) -> None:
         """Forget everything (the buffer list is emptied in place)."""
         list.clear(self.items)

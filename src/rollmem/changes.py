@@ -1,19 +1,34 @@
-"""Typed records of what changed in a memory, to mirror a memory elsewhere or replay a block of work.
+"""The change record of a memory: every change, as a small frozen value, in the order it happened.
 
-Every change a memory makes is one frozen value: :class:`Appended` (an add or an ``extend``),
-:class:`Folded` (evicted messages summarized), :class:`Dropped` (evicted without a summarizer),
-:class:`Cleared`, :class:`Pinned` (a pin or unpin), :class:`SummaryAssigned`,
-:class:`BufferAssigned` and :class:`Restored`. Record them for a block of work and apply them to
-another memory::
+A memory reports what happens to it through :meth:`~rollmem.memory.RollingMemory.record`::
 
     with memory.record() as changes:
         memory.add_user_message("hi")
+    # changes == [Appended(messages=(Message("user", "hi"),), costs=(1,))] (and a Folded/Dropped
+    # if the add made the policy evict)
     other.replay(changes)          # await other.replay(changes) for an async memory
 
-:meth:`replay` applies the *intent* of each change through the memory's public methods: appended
-messages are added (the target's own policy then evicts, as it would have), an automatic fold or
-drop is left to that policy, an explicit ``fold(keep_last)`` is redone, a pin whose message is gone
-is skipped. This is how :mod:`rollmem.sessions` replays a block that lost a save to another writer.
+The record is enough to mirror a memory anywhere (a database, a UI, an audit log): a fold names
+the buffer positions that left and the new summary, an append the messages and their costs.
+:meth:`~rollmem.memory.RollingMemory.replay` applies the *intent* of each change to another
+memory through its public methods: appended messages are added (the target's own policy then
+evicts, as it would have), an automatic fold or drop is left to that policy, an explicit
+``fold(keep_last)`` is redone, a pin whose message is gone is skipped. :mod:`rollmem.sessions`
+writes only what a turn added from it, and replays a block that lost a write to another writer.
+
+===================  =================================================================
+record               what happened
+===================  =================================================================
+``Appended``         messages were added at the end of the buffer (with their costs)
+``Folded``           messages left the buffer into the summary, which is now ``summary``
+``Dropped``          messages left the buffer without a summarizer (the summary is unchanged)
+``Cleared``          summary and buffer were emptied
+``Pinned``           the buffer messages with this id were pinned
+``Unpinned``         ... unpinned
+``SummaryAssigned``  ``memory.summary = ...``
+``BufferAssigned``   ``memory.buffer = ...``
+``Restored``         ``memory.restore(data)``: summary and buffer replaced
+===================  =================================================================
 """
 
 from __future__ import annotations
@@ -33,72 +48,107 @@ __all__ = [
     "Pinned",
     "Restored",
     "SummaryAssigned",
+    "Unpinned",
 ]
 
 
 @dataclass(frozen=True)
 class Appended:
-    """Messages appended at the end of the buffer: one add, or one ``extend`` batch."""
+    """``messages`` were added at the end of the buffer, in this order."""
 
     messages: tuple[Message, ...]
+    costs: tuple[int, ...]
+    """The cost of each message by the memory's rule (its token counter), as counted when added."""
 
 
 @dataclass(frozen=True)
 class Folded:
-    """Messages left the buffer and were summarized: ``summary`` is the new summary, ``removed``
-    how many messages left (the oldest non-pinned units). ``keep_last`` is set when the fold was
-    asked for with ``fold(keep_last)``, ``None`` when the policy evicted."""
+    """A fold committed: the messages at ``positions`` left the buffer and ``summary`` is the new
+    summary. ``positions`` are buffer indices before the fold, ascending; they are the leading
+    messages of the buffer except pinned units, which stay (moved in front of the rest)."""
 
     summary: str
-    removed: int
+    positions: tuple[int, ...]
+    messages: tuple[Message, ...]
+    """The messages that left, in buffer order (what ``on_evict`` receives)."""
     keep_last: Optional[int] = None
+    """Set when ``fold(keep_last)`` asked for this fold; ``None`` when the policy did."""
+
+    @property
+    def count(self) -> int:
+        """How many messages left the buffer."""
+        return len(self.positions)
 
 
 @dataclass(frozen=True)
 class Dropped:
-    """Messages left the buffer without a summarizer (the summary is unchanged); ``removed`` and
-    ``keep_last`` as in :class:`Folded`."""
+    """An eviction without a summarizer: the messages at ``positions`` left the buffer, the summary
+    is unchanged. Fields as in :class:`Folded`."""
 
-    removed: int
+    positions: tuple[int, ...]
+    messages: tuple[Message, ...]
     keep_last: Optional[int] = None
+
+    @property
+    def count(self) -> int:
+        """How many messages left the buffer."""
+        return len(self.positions)
 
 
 @dataclass(frozen=True)
 class Cleared:
-    """Summary and buffer were emptied (``clear()``)."""
+    """``clear()``: summary and buffer were emptied."""
 
 
 @dataclass(frozen=True)
 class Pinned:
-    """The messages with ``message_id`` were pinned (``pinned=True``) or unpinned."""
+    """``pin(message_id)``: every buffer message with this id is now pinned."""
 
     message_id: str
-    pinned: bool
+
+
+@dataclass(frozen=True)
+class Unpinned:
+    """``unpin(message_id)``: every buffer message with this id is no longer pinned."""
+
+    message_id: str
 
 
 @dataclass(frozen=True)
 class SummaryAssigned:
-    """``memory.summary`` was assigned."""
+    """``memory.summary = summary``."""
 
     summary: str
 
 
 @dataclass(frozen=True)
 class BufferAssigned:
-    """``memory.buffer`` was assigned."""
+    """``memory.buffer = messages``. (Edits made in place on the ``buffer`` list are not recorded.)"""
 
     messages: tuple[Message, ...]
 
 
 @dataclass(frozen=True)
 class Restored:
-    """A saved state was restored (``restore()``): summary and buffer replaced."""
+    """``memory.restore(data)``: summary and buffer were replaced by a saved state."""
 
     summary: str
     messages: tuple[Message, ...]
 
 
-Change = Union[Appended, Folded, Dropped, Cleared, Pinned, SummaryAssigned, BufferAssigned, Restored]
-"""Any one of the change records."""
+Change = Union[
+    Appended, Folded, Dropped, Cleared, Pinned, Unpinned, SummaryAssigned, BufferAssigned, Restored
+]
+"""Any record of :mod:`rollmem.changes`."""
 
-_CHANGE_TYPES = (Appended, Folded, Dropped, Cleared, Pinned, SummaryAssigned, BufferAssigned, Restored)
+_CHANGE_TYPES = (
+    Appended,
+    Folded,
+    Dropped,
+    Cleared,
+    Pinned,
+    Unpinned,
+    SummaryAssigned,
+    BufferAssigned,
+    Restored,
+)

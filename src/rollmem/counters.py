@@ -17,7 +17,7 @@ from . import _validate as v
 from ._types import TokenCounter
 from .errors import MissingExtraError
 
-__all__ = ["DEFAULT_ENCODING", "chars", "tiktoken_counter", "words"]
+__all__ = ["DEFAULT_ENCODING", "chars", "counter_identity", "tiktoken_counter", "words"]
 
 DEFAULT_ENCODING = "o200k_base"
 """The tiktoken encoding used when neither ``encoding`` nor ``model`` is given (GPT-4o and later)."""
@@ -28,8 +28,24 @@ def words(text: str) -> int:
     return len(text.split())
 
 
+def counter_identity(counter: object) -> Optional[str]:
+    """The stable identity a token counter declares in its ``rollmem_identity`` attribute (a
+    non-empty ``str``), else ``None``. Equal identities promise equal counts for every text:
+    :mod:`rollmem.sessions` then trusts stored token costs instead of counting again. Name your
+    own counter with ``my_counter.rollmem_identity = "my-tokenizer-v2"``."""
+    identity = getattr(counter, "rollmem_identity", None)
+    return identity if isinstance(identity, str) and identity else None
+
+
+setattr(words, "rollmem_identity", "words")  # noqa: B010 - a function attribute
+
+
 class _Chars:
     __slots__ = ("per_token",)
+
+    @property
+    def rollmem_identity(self) -> str:
+        return f"chars/{float(self.per_token)!r}"
 
     def __init__(self, per_token: float) -> None:
         self.per_token = per_token
@@ -63,6 +79,10 @@ class _Tiktoken:
 
     def __call__(self, text: str) -> int:
         return len(self._encode(text)) + self.overhead
+
+    @property
+    def rollmem_identity(self) -> str:
+        return f"tiktoken/{self.name}/{self.overhead}"
 
     def __repr__(self) -> str:
         return f"tiktoken_counter(encoding={self.name!r}, overhead={self.overhead!r})"

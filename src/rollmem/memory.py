@@ -50,6 +50,7 @@ from .changes import (
     Pinned,
     Restored,
     SummaryAssigned,
+    Unpinned,
 )
 from .counters import words
 from .errors import InvalidStateError
@@ -191,7 +192,8 @@ class _Memory:
             ("folds", "summarizer_calls", "failed_folds", "messages_summarized", "messages_dropped"), 0
         )
         self._summary_tokens: tuple[str, int] = ("", 0)
-        self._journal: Optional[list[Change]] = None  # the changes being recorded, if any
+        self._recorders: list[list[Change]] = []  # the lists recording changes now (copied on change)
+        self._journal: Optional[list[Change]] = None  # the list of start_recording(), if running
         self._counting: set[int] = set()  # threads inside a token_counter call
 
     @property
@@ -281,8 +283,8 @@ class _Memory:
             if ledger.dirty:
                 ledger.sync(self._measure_at)
             ledger.append(message, cost)
-            if self._journal is not None:
-                self._journal.append(Appended((message,)))
+            if self._recorders:
+                self._record(Appended((message,), (cost,)))
 
     def _append(self, messages: Sequence[Message]) -> None:
         """Count them all, then append them all; a failure appends nothing."""
@@ -292,7 +294,7 @@ class _Memory:
             ledger.sync(self._measure_at)
             for message, cost in zip(messages, costs):
                 ledger.append(message, cost)
-            self._record(Appended(tuple(messages)))
+            self._record(Appended(tuple(messages), tuple(costs)))
 
     @staticmethod
     def _check_batch(messages: Iterable[Message]) -> list[Message]:
@@ -303,13 +305,33 @@ class _Memory:
         return batch
 
     def _record(self, change: Change) -> None:
-        if self._journal is not None:
-            self._journal.append(change)
+        """Append ``change`` to every open recording; the caller holds the state lock."""
+        for changes in self._recorders:
+            changes.append(change)
 
-    def _fold_record(self, summary: str, removed: int, keep_last: Optional[int]) -> Change:
+    def _fold_record(
+        self,
+        summary: str,
+        positions: tuple[int, ...],
+        messages: tuple[Message, ...],
+        keep_last: Optional[int],
+    ) -> Change:
         if self._summarize_fn is None:
-            return Dropped(removed, keep_last)
-        return Folded(summary, removed, keep_last)
+            return Dropped(positions, messages, keep_last)
+        return Folded(summary, positions, messages, keep_last)
+
+    def _record_fold(self, fold: _Fold, before: Sequence[Message], new_summary: str) -> None:
+        """Record a committed fold: the buffer positions (before the commit) of what left."""
+        positions: list[int] = []
+        index = 0
+        for message in fold.plan.messages:  # the cut is an ordered subsequence of the buffer's front
+            while before[index] is not message:
+                index += 1
+            positions.append(index)
+            index += 1
+        self._record(
+            self._fold_record(new_summary, tuple(positions), tuple(fold.plan.messages), fold.keep_last)
+        )
 
     def _needs_fold(self) -> bool:
         """Whether the policy may find something to evict (or the buffer must be recounted)."""
@@ -356,6 +378,7 @@ class _Memory:
         plan = fold.plan
         with self._lock:
             ledger = self._ledger
+            before = list(ledger.items) if self._recorders else ()
             if fold.generation != self._generation or not ledger.commit(plan):
                 ledger.abort(plan)
                 return None
@@ -365,8 +388,8 @@ class _Memory:
             removed = len(plan.messages)
             key = "messages_dropped" if self._summarize_fn is None else "messages_summarized"
             counts[key] += removed
-            if self._journal is not None:
-                self._journal.append(self._fold_record(new_summary, removed, fold.keep_last))
+            if self._recorders:
+                self._record_fold(fold, before, new_summary)
         return removed
 
     # -- reads ------------------------------------------------------------------------------
@@ -437,40 +460,54 @@ class _Memory:
                 message = ledger.items[position]
                 if message.pinned != pinned:
                     ledger.set_at(position, replace(message, pinned=pinned))
-            self._record(Pinned(message_id, pinned))
+            self._record(Pinned(message_id) if pinned else Unpinned(message_id))
 
     # -- recording and replaying changes ----------------------------------------------------
 
     @property
     def recording(self) -> bool:
-        """Whether the changes made to this memory are being recorded (see :meth:`record`)."""
-        return self._journal is not None
+        """Whether the changes made to this memory are being recorded (:meth:`record` or
+        :meth:`start_recording`)."""
+        return bool(self._recorders)
+
+    def _open_recording(self) -> list[Change]:
+        changes: list[Change] = []
+        with self._lock:
+            self._recorders = [*self._recorders, changes]
+        return changes
+
+    def _close_recording(self, changes: list[Change]) -> None:
+        with self._lock:
+            self._recorders = [other for other in self._recorders if other is not changes]
 
     def start_recording(self) -> None:
         """Record every change from now on, until :meth:`stop_recording`. ``RuntimeError`` if a
-        recording is already running."""
+        recording started this way is already running (:meth:`record` blocks may run alongside)."""
         with self._lock:
             if self._journal is not None:
                 raise RuntimeError("this memory is already recording its changes")
-            self._journal = []
+            self._journal = self._open_recording()
 
     def stop_recording(self) -> tuple[Change, ...]:
         """End the recording; returns the changes made since :meth:`start_recording`, in order
         (empty when none was running)."""
         with self._lock:
             changes, self._journal = self._journal, None
+            if changes is not None:
+                self._close_recording(changes)
         return tuple(changes or ())
 
     @contextmanager
     def record(self) -> Iterator[list[Change]]:
         """``with memory.record() as changes:``: the :mod:`rollmem.changes` records of what the
-        block changes, appended to ``changes`` as they happen (complete when the block exits)."""
-        self.start_recording()
-        changes: list[Change] = []
+        block changes, from any thread or task, appended to ``changes`` in the order they happen
+        (complete when the block exits). Blocks may nest or overlap; each gets every change made
+        while it is open."""
+        changes = self._open_recording()
         try:
             yield changes
         finally:
-            changes.extend(self.stop_recording())
+            self._close_recording(changes)
 
     def _replay_steps(self, changes: Iterable[Change]) -> Iterator[tuple[str, Any]]:
         """The replay flow: applies the plain changes itself and yields the ``(method, argument)``
@@ -487,15 +524,44 @@ class _Memory:
                     yield "fold", change.keep_last  # an automatic fold is left to the policy
             elif isinstance(change, Cleared):
                 self.clear()
-            elif isinstance(change, Pinned):
+            elif isinstance(change, (Pinned, Unpinned)):
                 with contextlib.suppress(KeyError):  # the message left in the other writer's state
-                    self._set_pinned(change.message_id, change.pinned)
+                    self._set_pinned(change.message_id, isinstance(change, Pinned))
             elif isinstance(change, SummaryAssigned):
                 self.summary = change.summary
             elif isinstance(change, BufferAssigned):
                 self.buffer = list(change.messages)
             else:
                 self._restore(change.summary, list(change.messages))
+
+    # -- what persistence needs -------------------------------------------------------------
+
+    @property
+    def on_evict(self) -> Optional[EvictHook]:
+        """The hook called with the messages of each committed eviction (``None``: none). It may be
+        replaced (:mod:`rollmem.sessions` holds it back until a session's changes are saved)."""
+        return self._on_evict
+
+    @on_evict.setter
+    def on_evict(self, hook: Optional[EvictHook]) -> None:
+        v.check_callable("on_evict", hook, optional=True)
+        if isinstance(self, _SyncMemory):
+            v.check_not_coroutine("on_evict", hook, _async_advice(type(self)))
+        self._on_evict = hook
+
+    @property
+    def token_counter(self) -> Optional[TokenCounter]:
+        """The counter that measures each message (``None`` when the policy counts no tokens).
+        Its identity (:func:`rollmem.counters.counter_identity`) tells whether stored costs hold."""
+        counter: Optional[TokenCounter] = getattr(self._policy, "token_counter", None)
+        return counter
+
+    def costs(self) -> list[int]:
+        """The cost of each buffer message by this memory's policy, aligned with :attr:`buffer`."""
+        with self._lock:
+            ledger = self._ledger
+            ledger.sync(self._measure_at)
+            return ledger.costs()
 
     # -- serialization ----------------------------------------------------------------------
 
@@ -518,17 +584,32 @@ class _Memory:
         memory.restore(data)
         return memory
 
-    def restore(self, data: Mapping[str, Any]) -> None:
+    def restore(self, data: Mapping[str, Any], *, costs: Optional[Sequence[int]] = None) -> None:
         """Replace summary and buffer with the ``to_dict()`` output ``data`` (versions 1 and 2),
-        verbatim: no pruning, no summarizer call. Nothing changes on error; a fold in flight is
-        discarded. The counters of ``stats()`` go on."""
+        verbatim: no pruning, no summarizer call. With ``costs`` (one ``int`` >= 0 per message,
+        measured by this memory's policy, e.g. stored by :mod:`rollmem.sessions`) the messages
+        are not counted again. Nothing changes on error; a fold in flight is discarded. The
+        counters of ``stats()`` go on."""
         summary, messages = _parse_state(data)
-        self._restore(summary, messages)
+        known: Optional[list[int]] = None
+        if costs is not None:
+            if isinstance(costs, (str, bytes, Mapping)) or not isinstance(costs, Iterable):
+                raise v.type_error("costs", "a sequence of int", costs)
+            known = list(costs)
+            if len(known) != len(messages):
+                raise ValueError(f"costs: expected {len(messages)} costs, got {len(known)}")
+            if not all(type(cost) is int for cost in known) or (known and min(known) < 0):
+                for index, cost in enumerate(known):  # name the bad one
+                    v.check_int(f"costs[{index}]", cost, 0)
+        self._restore(summary, messages, known)
 
-    def _restore(self, summary: str, messages: list[Message]) -> None:
+    def _restore(self, summary: str, messages: list[Message], costs: Optional[list[int]] = None) -> None:
         with self._lock:
             self._summary = summary
-            self._ledger.replace(messages)
+            ledger = self._ledger
+            ledger.replace(messages)
+            if costs is not None:
+                ledger.sync(lambda message, position: costs[position])
             self._generation += 1
             self._record(Restored(summary, tuple(messages)))
 
@@ -543,8 +624,24 @@ def _parse_state(data: object) -> tuple[str, list[Message]]:
         )
     summary = v.check_text(v.get_str(data, "summary", ""), "summary")
     items = v.get_list(data, "buffer", "")
-    messages = [message_from_dict(item, f"buffer[{index}]") for index, item in enumerate(items)]
+    messages = [
+        _plain_message(item) or message_from_dict(item, f"buffer[{index}]")
+        for index, item in enumerate(items)
+    ]
     return summary, messages
+
+
+_PLAIN = frozenset(("role", "content"))
+
+
+def _plain_message(item: object) -> Optional[Message]:
+    """A shortcut for the common stored shape ``{"role": ..., "content": ...}`` in ASCII (which
+    the ``Message`` constructor cannot refuse): ``None`` sends anything else the full way."""
+    if type(item) is dict and item.keys() == _PLAIN:
+        role, content = item["role"], item["content"]
+        if type(role) is str and type(content) is str and role.isascii() and content.isascii():
+            return Message(role, content)
+    return None
 
 
 # -- sync and async drivers ------------------------------------------------------------------
@@ -789,7 +886,8 @@ class _AsyncMemory(_Memory):
         keep = _check_keep_last(keep_last)
         count = await self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
         if not count:
-            self._record(self._fold_record(self._summary, 0, keep))
+            with self._lock:
+                self._record(self._fold_record(self._summary, (), (), keep))
         return count or 0
 
     @property
@@ -902,7 +1000,8 @@ class Memory(_SyncMemory):
         keep = _check_keep_last(keep_last)
         count = self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
         if not count:
-            self._record(self._fold_record(self._summary, 0, keep))
+            with self._lock:
+                self._record(self._fold_record(self._summary, (), (), keep))
         return count or 0
 
 

@@ -209,7 +209,11 @@ def test_is_an_agents_session() -> None:
         ({"session_id": 3}, TypeError, "session_id: expected str, got int"),
         ({"session_id": ""}, ValueError, "session_id must not be empty"),
         ({"session_id": "s", "max_tokens": 0}, ValueError, "max_tokens must be > 0, got 0"),
-        ({"session_id": "s", "store": object()}, TypeError, "store: expected a rollmem AsyncStore or Store"),
+        (
+            {"session_id": "s", "store": object()},
+            TypeError,
+            "store: expected a rollmem AsyncLogStore, LogStore, AsyncStore or Store",
+        ),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:

@@ -42,7 +42,7 @@ from pydantic_core import to_jsonable_python
 from rollmem import Message, ToolCall
 from rollmem.errors import InvalidStateError, MissingExtraError
 from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
-from rollmem.stores import MemoryStore, SQLiteStore
+from rollmem.stores import LogWrite, MemoryStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_PAGE = ROOT / "docs" / "pages" / "integrations" / "pydantic-ai.md"
@@ -234,7 +234,7 @@ def test_200_turns_within_budget_no_orphans_each_message_summarized_once(
     assert 50 < len(rec.calls) < 200  # target_tokens: several turns per fold
     assert rec.failures == 0
     [session_id] = processor.store.ids()  # type: ignore[union-attr]
-    state = json.loads(processor.store.load(session_id).state)  # type: ignore[union-attr]
+    state = json.loads(processor.store.load(session_id).head.summary)  # type: ignore[union-attr]
     assert state["summary"] == rec.results[-1]
     assert len(state["folded"]) == 256  # bounded: the newest folded parts only
 
@@ -466,7 +466,7 @@ def test_two_runs_racing_on_one_conversation_commit_one_fold(async_recorder: Any
 
     first, second = asyncio.run(race())
     assert [batch for _, batch in async_recorder.texts] == [["u0", "a0 calls", "r-q0", "a0 done"]] * 2
-    stored = json.loads(store.load(STATE_PREFIX + "race").state)  # type: ignore[union-attr]
+    stored = json.loads(store.load(STATE_PREFIX + "race").head.summary)  # type: ignore[union-attr]
     assert stored["summary"] == "u0|a0 calls|r-q0|a0 done"
     assert find_summary(first) == find_summary(second) == stored["summary"]
     assert as_rollmem(first) == as_rollmem(second)
@@ -479,7 +479,10 @@ def test_bad_stored_state_is_reported_with_the_session(recorder: Any) -> None:
     class Ctx:
         conversation_id = "conv-1"
 
-    store.save(STATE_PREFIX + "conv-1", '{"version": 1, "summary": 3, "folded": []}', 0)
+    store.write(
+        STATE_PREFIX + "conv-1",
+        LogWrite("", summary='{"version": 1, "summary": 3, "folded": []}', create=True),
+    )
     with pytest.raises(
         InvalidStateError, match=r"session 'pydantic-ai:conv-1': summary: expected str, got int"
     ):
@@ -542,7 +545,9 @@ def test_bad_arguments_raise_at_once() -> None:
         rolling_history(10, target_tokens=20)
     with pytest.raises(TypeError, match="summarize_fn: expected a callable"):
         rolling_history(10, "nope")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="store: expected a rollmem Store or AsyncStore, got dict"):
+    with pytest.raises(
+        TypeError, match="store: expected a rollmem AsyncLogStore, LogStore, AsyncStore or Store, got dict"
+    ):
         rolling_history(10, store={})  # type: ignore[arg-type]
 
 

@@ -15,16 +15,41 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from rollmem.memory import RollingMemory
 from rollmem.message import Message
 from rollmem.sessions import Sessions
+from rollmem.stores import Head, LogEntry, LogWrite, StoredLog, WholeStateLog
+
+__all__ = ["as_log", "fold_ids", "head_of", "make_store", "put_messages", "stored_log", "worker"]
 
 
 def fold_ids(summary: str, messages: Sequence[Message]) -> str:
     """A summarizer whose summary lists the content of every message it folded, in order."""
     return " ".join([summary, *(m.content for m in messages)]).strip()
+
+
+def as_log(store: Any) -> Any:
+    """The store seen through the log protocol (a whole-state store through the adapter)."""
+    return store if hasattr(store, "write") else WholeStateLog(store)
+
+
+def stored_log(store: Any, session_id: str) -> Optional[StoredLog]:
+    """What the store holds for a session, in the log protocol's terms."""
+    return as_log(store).load(session_id)
+
+
+def head_of(store: Any, session_id: str) -> Head:
+    loaded = stored_log(store, session_id)
+    assert loaded is not None
+    return loaded.head
+
+
+def put_messages(store: Any, session_id: str, messages: Sequence[str], summary: str = "") -> None:
+    """Create a session holding these message JSON texts, verbatim."""
+    entries = tuple(LogEntry(text, -1) for text in messages)
+    as_log(store).write(session_id, LogWrite("", entries, summary=summary, create=True))
 
 
 def make_store(name: str, location: str, namespace: str) -> Any:

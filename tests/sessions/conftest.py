@@ -17,6 +17,7 @@ from typing import Any, Callable, TypeVar
 import pytest
 
 from rollmem.stores import MemoryStore
+from stores.contract import DictStore
 from stores.servers import (
     drop_redis_keys,
     drop_table,
@@ -29,7 +30,7 @@ from stores.servers import (
 
 from ._support import make_store
 
-ALL_BACKENDS = ("memory", "sqlite", "redis", "postgres")
+ALL_BACKENDS = ("memory", "whole-state", "sqlite", "redis", "postgres")
 SHARED_BACKENDS = ("sqlite", "redis", "postgres", "redis-cluster", "pgbouncer")  # seen by several processes
 
 _T = TypeVar("_T")
@@ -54,7 +55,9 @@ class Backend:
             self.location = redis_cluster_url()
         elif name == "pgbouncer":
             self.location = pgbouncer_dsn()
-        self._memory = MemoryStore() if name == "memory" else None
+        self._memory: Any = (
+            MemoryStore() if name == "memory" else DictStore() if name == "whole-state" else None
+        )
 
     def store(self) -> Any:
         """A store on the shared namespace (the same one for every call: MemoryStore)."""
@@ -89,7 +92,8 @@ class Backend:
 
 @pytest.fixture(params=ALL_BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Every backend, the in-process one included."""
+    """Every backend, the in-process ones included ("whole-state": a third-party store written
+    against the original whole-state protocol, through the adapter)."""
     chosen = Backend(request.param, tmp_path)
     yield chosen
     chosen.close()

@@ -14,8 +14,9 @@ from rollmem.memory import AsyncRollingMemory, AsyncSummaryMemory, BufferMemory,
 from rollmem.message import Message
 from rollmem.sessions import AsyncSessions
 from rollmem.stores import MemoryStore, StoredSession
+from stores.contract import DictStore
 
-from ._support import fold_ids
+from ._support import fold_ids, put_messages
 from .conftest import Backend
 from .test_sessions import CountingWords, RacingStore, contents
 
@@ -182,9 +183,11 @@ def test_conflict_error_after_max_retries() -> None:
 def test_bad_stored_state_names_the_session(backend: Backend) -> None:
     async def main() -> None:
         store = backend.store()
-        store.save("alice", '{"version":2,"summary":5,"buffer":[]}', 0)
+        put_messages(store, "alice", ['{"role":"user","content":5}'])
         sessions = AsyncSessions(store, lambda: AsyncRollingMemory(100))
-        with pytest.raises(StateTypeError, match=r"^session 'alice': summary: expected str, got int$"):
+        with pytest.raises(
+            StateTypeError, match=r"^session 'alice': buffer\[0\].content: expected str, got int$"
+        ):
             async with sessions.open("alice"):
                 pass
         with pytest.raises(InvalidStateError, match=r"^session 'alice': "):
@@ -210,10 +213,10 @@ def test_sync_memories_work_too() -> None:
 
 
 class BlockingOnlyStore:
-    """A store with only blocking methods (delegating to a MemoryStore) that records its threads."""
+    """A whole-state store with only blocking methods (delegating to a DictStore) that records its threads."""
 
     def __init__(self) -> None:
-        self._store = MemoryStore()
+        self._store = DictStore()
         self.threads: set[int] = set()
 
     def _note(self) -> None:
@@ -261,5 +264,82 @@ def test_a_blocking_store_is_called_off_the_event_loop() -> None:
 
 
 def test_bad_store_is_refused() -> None:
-    with pytest.raises(TypeError, match=r"^store: expected a rollmem AsyncStore or Store, got dict$"):
+    with pytest.raises(
+        TypeError, match=r"^store: expected a rollmem AsyncLogStore, LogStore, AsyncStore or Store, got dict$"
+    ):
         AsyncSessions({}, BufferMemory)  # type: ignore[arg-type]
+
+
+def test_appending_tasks_never_conflict(backend: Backend) -> None:
+    """16 tasks appending to one session at once: every write is an append, none is retried."""
+
+    async def main() -> tuple[int, list[str]]:
+        sessions = AsyncSessions(backend.store(), lambda: AsyncRollingMemory(10_000), max_retries=0)
+        async with sessions.open("s") as memory:
+            await memory.add_user_message("start")
+
+        async def turn(task: int) -> None:
+            for index in range(4):
+                async with sessions.open("s") as memory:
+                    await memory.add_user_message(f"t{task}-{index}")
+                    await asyncio.sleep(0)  # let the others load the same state
+
+        await asyncio.gather(*(turn(task) for task in range(16)))
+        stored = await sessions.get("s")
+        assert stored is not None
+        return sessions.retries, contents(stored)
+
+    retries, kept = backend.run(main)
+    if backend.name != "whole-state":
+        assert retries == 0
+    assert sorted(kept) == sorted(["start", *(f"t{t}-{i}" for t in range(16) for i in range(4))])
+
+
+def test_async_update_reruns_a_coroutine_function(backend: Backend) -> None:
+    async def main() -> list[str]:
+        sessions = AsyncSessions(backend.store(), BufferMemory)
+        other = AsyncSessions(backend.store(), BufferMemory)
+        async with sessions.open("s") as memory:
+            memory.add_user_message("tmp")
+        runs = 0
+
+        async def rewrite(memory: BufferMemory) -> None:
+            nonlocal runs
+            runs += 1
+            if runs == 1:
+                async with other.open("s") as concurrent:
+                    concurrent.add_user_message("B")
+            memory.buffer = [m for m in memory.buffer if m.content != "tmp"]
+
+        await sessions.update("s", rewrite)
+        assert runs == 2
+        stored = await sessions.get("s")
+        assert stored is not None
+        return contents(stored)
+
+    assert backend.run(main) == ["B"]
+
+
+def test_an_async_on_evict_is_awaited_once_per_committed_eviction(backend: Backend) -> None:
+    evicted: list[list[str]] = []
+
+    async def hook(messages: Sequence[Message]) -> None:
+        await asyncio.sleep(0)
+        evicted.append([m.content for m in messages])
+
+    async def main() -> None:
+        def factory() -> AsyncRollingMemory:
+            return AsyncRollingMemory(2, fold_ids, on_evict=hook)
+
+        first, second = AsyncSessions(backend.store(), factory), AsyncSessions(backend.store(), factory)
+        async with first.open("s") as memory:
+            await memory.add_user_message("a")
+            await memory.add_user_message("b")
+        async with first.open("s") as memory:
+            await memory.add_user_message("c")
+            async with second.open("s") as other:
+                await other.add_user_message("d")
+            assert evicted == [["a"]]
+        assert evicted == [["a"], ["b"]]
+
+    backend.run(main)

@@ -33,10 +33,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rollmem.errors import ConflictError
-from rollmem.stores import StoredSession
+from rollmem.stores import Head, LogEntry, LogWrite, StoredLog, StoredSession
+from rollmem.stores._common import apply_write, check_prefix, check_save, check_session_id, conflict
 
 __all__ = [
+    "AsyncLogStoreContract",
     "AsyncStoreContract",
+    "DictStore",
+    "LogStoreContract",
     "StoreContract",
     "compare_and_set_in_processes",
     "compare_and_set_loop",
@@ -506,3 +510,505 @@ def service_url(variable: str, how_to_start: str) -> str:
             pytest.fail(f"ROLLMEM_REQUIRE_SERVICES=1 but {message}")
         pytest.skip(message)
     return value
+
+
+# -- the log protocol ---------------------------------------------------------------------------------
+
+
+def entry(text: str, cost: int = 1) -> LogEntry:
+    """A log entry holding a small message whose content is ``text``."""
+    return LogEntry(json.dumps({"role": "user", "content": text}), cost)
+
+
+def texts(stored: Optional[StoredLog]) -> list[str]:
+    assert stored is not None
+    return [json.loads(e.message)["content"] for e in stored.entries]
+
+
+def create(
+    *contents: str, summary: str = "", counter: Optional[str] = "c", ttl: Optional[float] = None
+) -> LogWrite:
+    return LogWrite(
+        "", tuple(entry(c) for c in contents), summary=summary, counter=counter, create=True, ttl=ttl
+    )
+
+
+def append(head: Head, *contents: str, ttl: Optional[float] = None) -> LogWrite:
+    return LogWrite(head.incarnation, tuple(entry(c) for c in contents), counter=head.counter, ttl=ttl)
+
+
+class _LogContract:
+    """The log-protocol scenarios; subclasses supply ``make_store`` and how a scenario runs."""
+
+    ttl: ClassVar[float] = 0.2
+    expires_natively: ClassVar[bool] = False
+    delta_loads: ClassVar[bool] = True
+    """False for stores that always return every entry (``since`` ignored)."""
+
+    def make_store(self) -> Any:
+        raise NotImplementedError
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        raise NotImplementedError
+
+    @scenario
+    def test_create_append_load(self) -> Scenario:
+        assert (yield call("load", "s")) is None
+        head = yield call("write", "s", create("a", "b", summary="S"))
+        assert (head.revision, head.tail, head.summary, head.counter) == (1, 2, "S", "c")
+        other = yield call("write", "t", create("x"))
+        assert other.incarnation != head.incarnation, "incarnations are never reused"
+        stored = yield call("load", "s")
+        assert stored.head == head
+        assert not stored.delta
+        assert texts(stored) == ["a", "b"]
+        assert [(e.seq, e.cost) for e in stored.entries] == [(0, 1), (1, 1)]
+        after = yield call("write", "s", append(head, "c"))
+        assert (after.revision, after.tail, after.summary) == (1, 3, "S"), "an append bumps no revision"
+        assert texts((yield call("load", "s"))) == ["a", "b", "c"]
+
+    @scenario
+    def test_appends_never_conflict_with_each_other(self) -> Scenario:
+        head = yield call("write", "s", create("a"))
+        for text in ("b", "c", "d"):  # every writer loaded the same head
+            yield call("write", "s", append(head, text))
+        stored = yield call("load", "s")
+        assert texts(stored) == ["a", "b", "c", "d"]
+        assert [e.seq for e in stored.entries] == [0, 1, 2, 3]
+
+    @scenario
+    def test_fold_is_a_compare_and_set_that_keeps_later_appends(self) -> Scenario:
+        head = yield call("write", "s", create("a", "b", "c"))
+        yield call("write", "s", append(head, "d"))  # after the folder loaded
+        fold = LogWrite(
+            head.incarnation, (entry("e"),), expected_revision=1, summary="a b", cut=2, counter="c"
+        )
+        folded = yield call("write", "s", fold)
+        assert (folded.revision, folded.summary, folded.tail) == (2, "a b", 5)
+        stored = yield call("load", "s")
+        assert texts(stored) == ["c", "d", "e"]
+        with pytest.raises(ConflictError, match="revision"):
+            yield call("write", "s", fold)  # the loser of two racing folds
+        assert (yield call("load", "s")) == stored, "a lost write changes nothing"
+
+    @scenario
+    def test_fold_keeps_pinned_entries_below_the_cut(self) -> Scenario:
+        head = yield call("write", "s", create("p", "a", "b", "c"))
+        fold = LogWrite(head.incarnation, expected_revision=1, summary="a b", cut=3, keep=(0,), counter="c")
+        yield call("write", "s", fold)
+        assert texts((yield call("load", "s"))) == ["p", "c"]
+
+    @scenario
+    def test_expected_tail_refuses_when_someone_appended(self) -> Scenario:
+        head = yield call("write", "s", create("a"))
+        yield call("write", "s", append(head, "b"))
+        for write in (
+            LogWrite(head.incarnation, expected_revision=1, expected_tail=1, summary="x", cut=1, counter="c"),
+            LogWrite(
+                head.incarnation,
+                (entry("z"),),
+                expected_revision=1,
+                expected_tail=1,
+                replace=True,
+                counter="c",
+            ),
+        ):
+            with pytest.raises(ConflictError, match="appended"):
+                yield call("write", "s", write)
+        rewrite = LogWrite(
+            head.incarnation, (entry("z"),), expected_revision=1, expected_tail=2, replace=True
+        )
+        after = yield call("write", "s", rewrite)
+        assert (after.revision, after.tail, after.counter) == (2, 3, None), "sequence numbers never repeat"
+        stored = yield call("load", "s")
+        assert texts(stored) == ["z"]
+        assert stored.entries[0].seq == 2
+
+    @scenario
+    def test_a_deleted_session_ends_its_incarnation(self) -> Scenario:
+        head = yield call("write", "s", create("old"))
+        assert (yield call("delete", "s")) is True
+        assert (yield call("delete", "s")) is False
+        with pytest.raises(ConflictError, match="deleted, expired or recreated"):
+            yield call("write", "s", append(head, "late"))
+        again = yield call("write", "s", create("new"))
+        assert again.revision == 1
+        assert again.incarnation != head.incarnation
+        for stale in (append(head, "late"), LogWrite(head.incarnation, expected_revision=1, summary="x")):
+            with pytest.raises(ConflictError, match="deleted, expired or recreated"):
+                yield call("write", "s", stale)
+        assert texts((yield call("load", "s"))) == ["new"]
+
+    @scenario
+    def test_create_when_live_and_counter_changes_conflict(self) -> Scenario:
+        head = yield call("write", "s", create("a"))
+        with pytest.raises(ConflictError, match="created it first"):
+            yield call("write", "s", create("b"))
+        with pytest.raises(ConflictError, match="counter"):
+            yield call("write", "s", LogWrite(head.incarnation, (entry("b"),), counter="other"))
+        assert texts((yield call("load", "s"))) == ["a"]
+
+    @scenario
+    def test_load_since_a_head(self) -> Scenario:
+        head = yield call("write", "s", create("a", "b"))
+        same = yield call("load", "s", head)
+        yield call("write", "s", append(head, "c"))
+        later = yield call("load", "s", head)
+        if self.delta_loads:
+            assert (same.delta, same.entries) == (True, ())
+            assert (later.delta, texts(later), later.entries[0].seq) == (True, ["c"], 2)
+        else:
+            assert texts(later) == ["a", "b", "c"]
+        yield call(
+            "write", "s", LogWrite(head.incarnation, expected_revision=1, summary="a", cut=1, counter="c")
+        )
+        folded = yield call("load", "s", head)
+        assert (folded.delta, texts(folded)) == (False, ["b", "c"]), "after a fold, everything"
+
+    @scenario
+    def test_odd_texts_and_ids_round_trip(self) -> Scenario:
+        odd = 'héllo 🌍 \n\t "q" \\ \u2028 ; DROP TABLE x; --'
+        for session_id in ODD_IDS:
+            yield call("write", session_id, create(odd, summary=odd))
+        for session_id in ODD_IDS:
+            stored = yield call("load", session_id)
+            assert (texts(stored), stored.head.summary) == ([odd], odd)
+        assert (yield call("ids")) == sorted(ODD_IDS)
+
+    @scenario
+    def test_ids_by_literal_prefix(self) -> Scenario:
+        names = ["a%b", "a_b", "a*b", "a[b]", "A_b", "ab", "c/1", "gone"]
+        for session_id in names:
+            yield call("write", session_id, create("x"))
+        yield call("delete", "gone")
+        for prefix in ["", "a%", "a_", "a*", "a[", "A", "c/", "zzz"]:
+            expected = sorted(n for n in names if n.startswith(prefix) and n != "gone")
+            assert (yield call("ids", prefix)) == expected, prefix
+
+    @scenario
+    def test_ttl_and_purge(self) -> Scenario:
+        short = yield call("write", "short", create("s", ttl=self.ttl))
+        yield call("write", "renewed", create("r", ttl=self.ttl))
+        renewed = (yield call("load", "renewed")).head
+        yield call("write", "renewed", append(renewed, "r2", ttl=60))
+        yield call("write", "forever", create("f"))
+        yield pause(self.ttl * 2)
+        assert (yield call("load", "short")) is None
+        assert (yield call("ids")) == ["forever", "renewed"]
+        with pytest.raises(ConflictError):
+            yield call("write", "short", append(short, "late"))
+        assert (yield call("purge_expired")) == (0 if self.expires_natively else 1), (
+            "the late write made nothing"
+        )
+        again = yield call("write", "short", create("new"))
+        assert again.incarnation != short.incarnation
+        assert texts((yield call("load", "short"))) == ["new"]
+
+    @scenario
+    def test_purge_expired(self) -> Scenario:
+        yield call("write", "a", create("x", ttl=self.ttl))
+        yield call("write", "b", create("x", ttl=self.ttl))
+        yield call("write", "c", create("x"))
+        assert (yield call("purge_expired")) == 0
+        yield pause(self.ttl * 2)
+        assert (yield call("purge_expired")) == (0 if self.expires_natively else 2)
+        assert (yield call("ids")) == ["c"]
+
+    @scenario
+    def test_bad_arguments_raise_and_write_nothing(self) -> Scenario:
+        bad: list[tuple[type[Exception], str, tuple[Any, ...]]] = [
+            (TypeError, "session_id: expected str, got int", (7, create("x"))),
+            (ValueError, "session_id must not be empty", ("", create("x"))),
+            (TypeError, "change: expected a LogWrite, got str", ("s", "x")),
+            (
+                TypeError,
+                "change.entries[0]: expected a LogEntry, got str",
+                ("s", LogWrite("", ("x",), create=True)),
+            ),  # type: ignore[arg-type]
+            (
+                ValueError,
+                "change.entries[0].message must not contain NUL",
+                ("s", LogWrite("", (LogEntry("\x00", 1),), create=True)),
+            ),
+            (
+                ValueError,
+                "change.entries[0].cost must be >= -1, got -2",
+                ("s", LogWrite("", (LogEntry("{}", -2),), create=True)),
+            ),
+            (
+                TypeError,
+                "change.expected_revision: expected int, got bool",
+                ("s", LogWrite("i", expected_revision=True)),
+            ),  # type: ignore[arg-type]
+            (
+                ValueError,
+                "a rewrite (replace=True) needs expected_revision and expected_tail",
+                ("s", LogWrite("i", replace=True)),
+            ),
+            (
+                ValueError,
+                "ttl must be a finite number > 0, got 0",
+                ("s", LogWrite("", create=True, ttl=0)),
+            ),
+        ]
+        for error, message, args in bad:
+            with pytest.raises(error, match=re.escape(message)):
+                yield call("write", *args)
+        with pytest.raises(TypeError, match="since: expected a Head or None, got int"):
+            yield call("load", "s", 3)
+        assert (yield call("ids")) == []
+
+
+_LOG_OPERATION = st.one_of(
+    st.tuples(st.just("create"), _KEYS, st.integers(0, 3)),
+    st.tuples(st.just("append"), _KEYS, st.integers(0, 3), st.booleans()),
+    st.tuples(
+        st.just("fold"),
+        _KEYS,
+        st.integers(0, 2),
+        st.integers(0, 4),
+        st.sampled_from([0, 0, 1]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("rewrite"), _KEYS, st.integers(0, 2), st.sampled_from([0, 0, 1])),
+    st.tuples(st.sampled_from(["delete", "load"]), _KEYS),
+)
+
+
+def _parsed(entries: Any) -> list[tuple[int, int, Any]]:
+    return [(e.seq, e.cost, json.loads(e.message)) for e in entries]
+
+
+def _model_write(
+    model: dict[str, tuple[Head, list[LogEntry]]], store: Any, session_id: str, change: LogWrite
+) -> None:
+    """Apply ``change`` to the store and to the model (through the reference semantics): both
+    succeed alike or both conflict, and agree on the head (but for a new incarnation's name)."""
+    current = model.get(session_id)
+    try:
+        head, entries = apply_write(
+            session_id,
+            None if current is None else current[0],
+            [] if current is None else current[1],
+            change,
+            "?",
+        )
+    except ConflictError:
+        with pytest.raises(ConflictError):
+            store.write(session_id, change)
+        return
+    written = store.write(session_id, change)
+    if change.create:
+        head = Head(written.incarnation, head.revision, head.summary, head.tail, head.counter)
+    assert written == head
+    model[session_id] = (head, entries)
+
+
+class LogStoreContract(_LogContract):
+    """The log contract through the blocking methods, plus threads racing on one session."""
+
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        store = self.make_store()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        drive(store, steps)
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+    )
+    @given(operations=st.lists(_LOG_OPERATION, max_size=25))
+    def test_random_writes_match_the_reference_semantics(
+        self, store: Any, operations: list[tuple[Any, ...]]
+    ) -> None:
+        """Any sequence of creates, appends, folds and rewrites (right or stale expectations),
+        deletes and loads agrees with ``apply_write`` on a dict."""
+        namespace = f"{uuid.uuid4().hex}/"
+        model: dict[str, tuple[Head, list[LogEntry]]] = {}
+        for number, (operation, key, *rest) in enumerate(operations, 1):
+            session_id = namespace + key
+            current = model.get(session_id)
+            head = current[0] if current is not None else Head("gone", 1, "", 0, "c")
+            new = tuple(entry(f"m{number}-{i}") for i in range(rest[0] if rest else 0))
+            if operation == "create":
+                _model_write(
+                    model, store, session_id, LogWrite("", new, summary="", counter="c", create=True)
+                )
+            elif operation == "append":
+                counter = head.counter if rest[1] else "other"
+                _model_write(model, store, session_id, LogWrite(head.incarnation, new, counter=counter))
+            elif operation == "fold":
+                _, cut, stale, keep_first = rest
+                live = [] if current is None else [e.seq for e in current[1]]
+                cut_seq = live[min(cut, len(live) - 1)] if live else 0
+                keep = tuple(live[:1]) if keep_first else ()
+                change = LogWrite(
+                    head.incarnation,
+                    new[:1],
+                    expected_revision=head.revision + stale,
+                    summary=f"s{number}",
+                    cut=cut_seq,
+                    keep=keep,
+                    counter="c",
+                )
+                _model_write(model, store, session_id, change)
+            elif operation == "rewrite":
+                change = LogWrite(
+                    head.incarnation,
+                    new,
+                    expected_revision=head.revision,
+                    expected_tail=head.tail + rest[1],
+                    summary=f"r{number}",
+                    replace=True,
+                    counter=None if number % 2 else "c",
+                )
+                _model_write(model, store, session_id, change)
+            elif operation == "delete":
+                assert store.delete(session_id) is (model.pop(session_id, None) is not None)
+            else:
+                stored = store.load(session_id)
+                if current is None:
+                    assert stored is None
+                else:
+                    assert stored is not None
+                    assert stored.head == current[0]
+                    assert _parsed(stored.entries) == _parsed(current[1]), (
+                        "equal JSON (a store may reformat it)"
+                    )
+        assert store.ids(namespace) == sorted(model)
+
+    def test_threads_appending_and_folding_lose_and_duplicate_nothing(self, store: Any) -> None:
+        """Appenders never retry; folders (compare-and-set) retry until they win; every message
+        ends folded exactly once or still in the log."""
+        head = store.write("s", create())
+        appenders, folders, count = 4, 2, 25
+        folded: list[list[str]] = []
+        retries: list[int] = []
+        errors: list[BaseException] = []
+
+        def appender(index: int) -> None:
+            try:
+                for number in range(count):
+                    store.write("s", append(head, f"w{index}-{number}"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        def folder() -> None:
+            try:
+                lost = 0
+                for _ in range(count // 5):
+                    while True:
+                        stored = store.load("s")
+                        cut = stored.entries[len(stored.entries) // 2].seq if stored.entries else 0
+                        gone = [e for e in stored.entries if e.seq < cut]
+                        fold = LogWrite(
+                            head.incarnation, expected_revision=stored.head.revision, cut=cut, counter="c"
+                        )
+                        try:
+                            store.write("s", fold)
+                        except ConflictError:
+                            lost += 1
+                            continue
+                        folded.append([json.loads(e.message)["content"] for e in gone])
+                        break
+                retries.append(lost)
+            except BaseException as exc:
+                errors.append(exc)
+
+        workers = [threading.Thread(target=appender, args=(i,)) for i in range(appenders)]
+        workers += [threading.Thread(target=folder) for _ in range(folders)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == []
+        seen = [text for batch in folded for text in batch] + texts(store.load("s"))
+        assert sorted(seen) == sorted(f"w{i}-{n}" for i in range(appenders) for n in range(count))
+
+
+class AsyncLogStoreContract(_LogContract):
+    """The log contract through the ``a``-methods, each test one ``asyncio.run`` ending with ``aclose()``."""
+
+    @pytest.fixture
+    def store(self) -> Any:
+        return self.make_store()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        asyncio.run(adrive(store, steps))
+
+    def test_tasks_appending_never_conflict(self, store: Any) -> None:
+        async def main() -> Optional[StoredLog]:
+            try:
+                head = await store.awrite("s", create())
+
+                async def appender(index: int) -> None:
+                    for number in range(10):
+                        await store.awrite("s", append(head, f"t{index}-{number}"))
+                        await asyncio.sleep(0)
+
+                await asyncio.gather(*(appender(i) for i in range(6)))
+                return await store.aload("s")
+            finally:
+                await store.aclose()
+
+        stored = asyncio.run(main())
+        assert sorted(texts(stored)) == sorted(f"t{i}-{n}" for i in range(6) for n in range(10))
+        assert stored is not None
+        assert [e.seq for e in stored.entries] == list(range(60))
+
+
+class DictStore:
+    """A whole-state store as a third party writes it against the original protocol (load/save
+    with compare-and-set, expiry), kept in a dict: sessions reach it through the generic adapter."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, StoredSession] = {}
+        self.expiry: dict[str, float] = {}
+        self.saves = 0
+
+    def _expire(self) -> int:
+        gone = [i for i, at in self.expiry.items() if at <= time.monotonic()]
+        for session_id in gone:
+            del self.sessions[session_id], self.expiry[session_id]
+        return len(gone)
+
+    def load(self, session_id: str) -> Optional[StoredSession]:
+        check_session_id(session_id)
+        self._expire()
+        return self.sessions.get(session_id)
+
+    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
+        check_save(session_id, state, expected_revision, ttl)
+        current = self.load(session_id)
+        live = 0 if current is None else current.revision
+        if live != expected_revision:
+            raise conflict(session_id, expected_revision, live)
+        self.saves += 1
+        self.sessions[session_id] = StoredSession(state, expected_revision + 1)
+        self.expiry.pop(session_id, None)
+        if ttl is not None:
+            self.expiry[session_id] = time.monotonic() + ttl
+        return expected_revision + 1
+
+    def delete(self, session_id: str) -> bool:
+        check_session_id(session_id)
+        self._expire()
+        self.expiry.pop(session_id, None)
+        return self.sessions.pop(session_id, None) is not None
+
+    def ids(self, prefix: str = "") -> list[str]:
+        check_prefix(prefix)
+        self._expire()
+        return sorted(i for i in self.sessions if i.startswith(prefix))
+
+    def purge_expired(self) -> int:
+        return 0  # expires by itself, as Redis does
+
+    def close(self) -> None:
+        pass

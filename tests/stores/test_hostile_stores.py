@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
-from rollmem.stores import MemoryStore
+from rollmem.stores import LogWrite, MemoryStore
 
 from .servers import drop_redis_keys, drop_table, postgres_dsn, redis_url, unique_name
 
@@ -19,7 +19,7 @@ HUGE_ID = "s" * 1_000_000
 def test_a_conflict_does_not_repeat_a_huge_session_id() -> None:
     store = MemoryStore()
     with pytest.raises(ConflictError) as raised:
-        store.save(HUGE_ID, "{}", 5)
+        store.write(HUGE_ID, LogWrite("gone", expected_revision=5))
     message = str(raised.value)
     assert len(message) < 300
     assert "1000000 characters" in message

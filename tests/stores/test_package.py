@@ -10,13 +10,21 @@ import rollmem.stores
 
 def test_public_names() -> None:
     assert rollmem.stores.__all__ == [
+        "AsyncLogStore",
         "AsyncStore",
+        "AsyncWholeStateLog",
+        "Head",
+        "LogEntry",
+        "LogStore",
+        "LogWrite",
         "MemoryStore",
         "PostgresStore",
         "RedisStore",
         "SQLiteStore",
         "Store",
+        "StoredLog",
         "StoredSession",
+        "WholeStateLog",
     ]
     assert set(rollmem.stores.__all__) <= set(dir(rollmem.stores))
 

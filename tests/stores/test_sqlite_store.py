@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import signal
@@ -15,15 +14,10 @@ from pathlib import Path
 import pytest
 
 from rollmem.errors import ConflictError, StoreUnavailableError
-from rollmem.stores import AsyncStore, SQLiteStore, Store, StoredSession
+from rollmem.stores import AsyncLogStore, LogStore, LogWrite, SQLiteStore
 from rollmem.stores.sqlite import SCHEMA_VERSION
 
-from .contract import (
-    AsyncStoreContract,
-    StoreContract,
-    assert_every_increment_won_once,
-    compare_and_set_in_processes,
-)
+from .contract import AsyncLogStoreContract, LogStoreContract, append, create, entry, texts
 
 
 class _FileStore:
@@ -35,20 +29,20 @@ class _FileStore:
         return SQLiteStore(self.directory / "sessions.db")
 
 
-class TestSQLiteFileStore(_FileStore, StoreContract):
+class TestSQLiteFileStore(_FileStore, LogStoreContract):
     pass
 
 
-class TestSQLiteFileStoreAsync(_FileStore, AsyncStoreContract):
+class TestSQLiteFileStoreAsync(_FileStore, AsyncLogStoreContract):
     pass
 
 
-class TestSQLiteInMemoryStore(StoreContract):
+class TestSQLiteInMemoryStore(LogStoreContract):
     def make_store(self) -> SQLiteStore:
         return SQLiteStore()
 
 
-class TestSQLiteInMemoryStoreAsync(AsyncStoreContract):
+class TestSQLiteInMemoryStoreAsync(AsyncLogStoreContract):
     def make_store(self) -> SQLiteStore:
         return SQLiteStore(":memory:")
 
@@ -62,80 +56,122 @@ def _raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
-def test_implements_both_protocols() -> None:
+def test_implements_both_log_protocols() -> None:
     store = SQLiteStore()
-    assert isinstance(store, Store)
-    assert isinstance(store, AsyncStore)
+    assert isinstance(store, LogStore)
+    assert isinstance(store, AsyncLogStore)
     assert repr(store) == "SQLiteStore(':memory:')"
 
 
-def test_file_database_is_in_wal_mode_with_schema_version(db_path: Path) -> None:
+def test_file_database_is_in_wal_mode_with_a_head_and_a_log(db_path: Path) -> None:
     store = SQLiteStore(db_path)
     assert not db_path.exists(), "nothing is touched before the first use"
-    store.save("s", "x", 0)
+    head = store.write("s", create("a", "b"))
+    store.write("s", append(head, "c"))
     store.close()
     with _raw(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT value FROM rollmem_meta WHERE key = 'schema_version'").fetchall() == [
             (SCHEMA_VERSION,)
         ]
-        assert conn.execute("SELECT session_id, state, revision FROM rollmem_sessions").fetchall() == [
-            ("s", "x", 1)
+        assert conn.execute("SELECT session_id, revision, tail, counter FROM rollmem_heads").fetchall() == [
+            ("s", 1, 3, "c")
         ]
-
-
-def test_sessions_survive_reopening(db_path: Path) -> None:
-    first = SQLiteStore(db_path)
-    first.save("s", "x", 0, 60)
-    first.close()
-    second = SQLiteStore(str(db_path))
-    assert second.load("s") == StoredSession("x", 1)
-    assert second.save("s", "y", 1) == 2
-    second.close()
+        assert conn.execute("SELECT seq, message, cost FROM rollmem_log ORDER BY seq").fetchall() == [
+            (0, '{"role": "user", "content": "a"}', 1),
+            (1, '{"role": "user", "content": "b"}', 1),
+            (2, '{"role": "user", "content": "c"}', 1),
+        ]
 
 
 def test_two_stores_on_one_file_see_each_other(db_path: Path) -> None:
     first, second = SQLiteStore(db_path), SQLiteStore(db_path)
-    first.save("s", "from first", 0)
-    assert second.load("s") == StoredSession("from first", 1)
+    head = first.write("s", create("from first"))
+    assert texts(second.load("s")) == ["from first"]
     with pytest.raises(ConflictError):
-        second.save("s", "stale", 0)
-    second.save("s", "from second", 1)
-    assert first.load("s") == StoredSession("from second", 2)
+        second.write("s", create("stale"))
+    second.write("s", append(head, "from second"))
+    assert texts(first.load("s")) == ["from first", "from second"]
     first.close()
     second.close()
 
 
-def test_newer_schema_is_refused_untouched(db_path: Path) -> None:
-    SQLiteStore(db_path).save("s", "x", 0)
+VERSION_1 = """
+CREATE TABLE rollmem_meta ("key" TEXT PRIMARY KEY NOT NULL, "value" INTEGER NOT NULL);
+INSERT INTO rollmem_meta VALUES ('schema_version', 1);
+CREATE TABLE rollmem_sessions (
+    "session_id" TEXT PRIMARY KEY NOT NULL, "state" TEXT NOT NULL, "revision" INTEGER NOT NULL,
+    "expires_at" REAL, "updated_at" REAL NOT NULL);
+INSERT INTO rollmem_sessions VALUES
+    ('old', '{"version":2,"summary":"S","buffer":[{"role":"user","content":"x"}]}', 7, NULL, 0);
+INSERT INTO rollmem_sessions VALUES ('gone', '{"version":2,"summary":"","buffer":[]}', 1, 1.0, 0);
+INSERT INTO rollmem_sessions VALUES ('bad', 'not json', 1, NULL, 0);
+"""
+
+
+def test_a_version_1_database_is_upgraded_and_its_sessions_move_at_their_next_write(db_path: Path) -> None:
     with _raw(db_path) as conn:
-        conn.execute("UPDATE rollmem_meta SET value = 2 WHERE key = 'schema_version'")
+        conn.executescript(VERSION_1)
+    store = SQLiteStore(db_path)
+    loaded = store.load("old")
+    assert loaded is not None
+    assert (loaded.head.summary, loaded.head.counter, texts(loaded)) == ("S", None, ["x"])
+    assert [e.cost for e in loaded.entries] == [-1]
+    assert store.load("gone") is None, "expiry still applies"
+    assert store.ids() == ["bad", "old"]
+    with pytest.raises(StoreUnavailableError, match="rows of session 'bad' are corrupt"):
+        store.load("bad")
+    head = store.write("old", append(loaded.head, "y"))
+    assert head.tail == 2
+    assert texts(store.load("old")) == ["x", "y"]
+    with _raw(db_path) as conn:
+        assert conn.execute("SELECT value FROM rollmem_meta WHERE key = 'schema_version'").fetchone() == (2,)
+        assert conn.execute("SELECT session_id FROM rollmem_sessions ORDER BY 1").fetchall() == [
+            ("bad",),
+            ("gone",),
+        ]
+        assert conn.execute("SELECT count(*) FROM rollmem_log WHERE session_id = 'old'").fetchone() == (2,)
+    assert store.purge_expired() == 1
+    assert store.delete("bad") is True
+    assert store.ids() == ["old"]
+    store.close()
+
+
+def test_newer_schema_is_refused_untouched(db_path: Path) -> None:
+    SQLiteStore(db_path).write("s", create("x"))
+    with _raw(db_path) as conn:
+        conn.execute("UPDATE rollmem_meta SET value = 3 WHERE key = 'schema_version'")
     store = SQLiteStore(db_path)
     with pytest.raises(
-        StoreUnavailableError, match="schema version 2; this rollmem reads version 1 only: upgrade"
+        StoreUnavailableError, match="schema version 3; this rollmem reads versions 1 and 2: upgrade rollmem"
     ):
         store.load("s")
-    with pytest.raises(StoreUnavailableError, match="schema version 2"):
-        store.save("t", "y", 0)
+    with pytest.raises(StoreUnavailableError, match="schema version 3"):
+        store.write("t", create("y"))
     with _raw(db_path) as conn:
-        assert conn.execute("SELECT session_id FROM rollmem_sessions").fetchall() == [("s",)]
+        assert conn.execute("SELECT session_id FROM rollmem_heads").fetchall() == [("s",)]
 
 
 def test_in_memory_database_is_shared_by_threads() -> None:
     store = SQLiteStore(":memory:")
-    thread = threading.Thread(target=store.save, args=("s", "from a thread", 0))
+    thread = threading.Thread(target=store.write, args=("s", create("from a thread")))
     thread.start()
     thread.join()
-    assert store.load("s") == StoredSession("from a thread", 1)
+    assert texts(store.load("s")) == ["from a thread"]
     store.close()
 
 
 def test_closed_store_raises(db_path: Path) -> None:
     store = SQLiteStore(db_path)
-    store.save("s", "x", 0)
+    store.write("s", create("x"))
     store.close()
     store.close()
-    for call in (lambda: store.load("s"), lambda: store.save("s", "y", 1), store.ids, store.purge_expired):
+    for call in (
+        lambda: store.load("s"),
+        lambda: store.write("s", create("y")),
+        store.ids,
+        store.purge_expired,
+    ):
         with pytest.raises(StoreUnavailableError, match="is closed"):
             call()
 
@@ -150,58 +186,64 @@ def test_a_directory_is_unavailable(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_database_is_unavailable(db_path: Path) -> None:
     db_path.write_bytes(b"this is not an sqlite database, just some text " * 100)
     with pytest.raises(StoreUnavailableError, match="not a database") as caught:
-        SQLiteStore(db_path).save("s", "x", 0)
+        SQLiteStore(db_path).write("s", create("x"))
     assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
 
 
 def test_a_failing_write_rolls_back_and_the_store_keeps_working(db_path: Path) -> None:
     store = SQLiteStore(db_path)
-    store.save("s", "one", 0)
+    head = store.write("s", create("one"))
     with _raw(db_path) as conn:
         conn.execute(
-            "CREATE TRIGGER refuse BEFORE UPDATE ON rollmem_sessions WHEN NEW.state = 'boom' "
+            "CREATE TRIGGER refuse BEFORE INSERT ON rollmem_log WHEN NEW.message LIKE '%boom%' "
             "BEGIN SELECT RAISE(ABORT, 'refused by trigger'); END"
         )
+    fold = LogWrite(
+        head.incarnation, (entry("two"), entry("boom")), expected_revision=1, summary="x", cut=1, counter="c"
+    )
     with pytest.raises(StoreUnavailableError, match="refused by trigger") as caught:
-        store.save("s", "boom", 1)
+        store.write("s", fold)
     assert isinstance(caught.value.__cause__, sqlite3.IntegrityError)
-    assert store.load("s") == StoredSession("one", 1)
-    assert store.save("s", "two", 1) == 2
+    stored = store.load("s")
+    assert stored is not None
+    assert (stored.head, texts(stored)) == (head, ["one"]), "the head and the deleted row are back"
+    store.write("s", append(head, "two"))
+    assert texts(store.load("s")) == ["one", "two"]
     store.close()
 
 
 def test_a_corrupt_row_is_reported_not_skipped(db_path: Path) -> None:
     store = SQLiteStore(db_path)
-    store.save("bad", "x", 0)
-    store.save("good", "y", 0)
+    store.write("bad", create("x"))
+    store.write("good", create("y"))
     with _raw(db_path) as conn:
         conn.execute("PRAGMA ignore_check_constraints = ON")
-        conn.execute("UPDATE rollmem_sessions SET revision = 'abc' WHERE session_id = 'bad'")
-    with pytest.raises(StoreUnavailableError, match="row of session 'bad' is corrupt"):
+        conn.execute("UPDATE rollmem_heads SET tail = 'abc' WHERE session_id = 'bad'")
+    with pytest.raises(StoreUnavailableError, match="rows of session 'bad' are corrupt"):
         store.load("bad")
-    assert store.load("good") == StoredSession("y", 1)
+    assert texts(store.load("good")) == ["y"]
     assert store.ids() == ["bad", "good"]
     store.close()
 
 
 def test_a_locked_database_times_out_as_unavailable(db_path: Path) -> None:
     store = SQLiteStore(db_path, timeout=0.1)
-    store.save("s", "x", 0)
+    head = store.write("s", create("x"))
     with _raw(db_path) as conn:
         conn.execute("BEGIN IMMEDIATE")
         with pytest.raises(StoreUnavailableError, match="locked") as caught:
-            store.save("s", "y", 1)
-        assert store.load("s") == StoredSession("x", 1), "readers never wait in WAL mode"
+            store.write("s", append(head, "y"))
+        assert texts(store.load("s")) == ["x"], "readers never wait in WAL mode"
         conn.execute("ROLLBACK")
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
-    assert store.save("s", "y", 1) == 2
+    assert store.write("s", append(head, "y")).tail == 2
     store.close()
 
 
 def test_async_calls_do_not_block_the_event_loop(db_path: Path) -> None:
-    """While a save waits for another writer's lock, other tasks keep running."""
+    """While a write waits for another writer's lock, other tasks keep running."""
     store = SQLiteStore(db_path, timeout=10)
-    store.save("s", "x", 0)
+    head = store.write("s", create("x"))
     blocker = _raw(db_path)
     blocker.execute("BEGIN IMMEDIATE")
 
@@ -215,45 +257,67 @@ def test_async_calls_do_not_block_the_event_loop(db_path: Path) -> None:
                 await asyncio.sleep(0.01)
 
         ticker = asyncio.ensure_future(tick())
-        saving = asyncio.ensure_future(store.asave("s", "y", 1))
+        writing = asyncio.ensure_future(store.awrite("s", append(head, "y")))
         await asyncio.sleep(0.3)
         ticks_while_blocked = ticks
-        assert not saving.done()
+        assert not writing.done()
         blocker.execute("ROLLBACK")
-        revision = await saving
+        written = await writing
         ticker.cancel()
         await store.aclose()
-        return ticks_while_blocked, revision
+        return ticks_while_blocked, written.tail
 
-    ticks_while_blocked, revision = asyncio.run(main())
+    ticks_while_blocked, tail = asyncio.run(main())
     blocker.close()
     assert ticks_while_blocked >= 10
-    assert revision == 2
+    assert tail == 2
 
 
-def test_processes_never_lose_an_update(db_path: Path) -> None:
-    processes, saves = 4, 25
-    won = compare_and_set_in_processes(functools.partial(SQLiteStore, str(db_path)), "race", processes, saves)
+_APPENDER = """
+import sys
+from rollmem.stores import SQLiteStore
+from stores.contract import append
+store = SQLiteStore(sys.argv[1])
+head = store.load("s").head
+for number in range(int(sys.argv[3])):
+    store.write("s", append(head, f"{sys.argv[2]}-{number}"))
+store.close()
+"""
+
+
+def test_processes_appending_lose_nothing(db_path: Path) -> None:
     store = SQLiteStore(db_path)
-    assert_every_increment_won_once(store.load("race"), won, processes * saves)
+    store.write("s", create())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path])}
+    workers = [
+        subprocess.Popen([sys.executable, "-c", _APPENDER, str(db_path), f"p{n}", "25"], env=env)
+        for n in range(4)
+    ]
+    assert [worker.wait(timeout=120) for worker in workers] == [0, 0, 0, 0]
+    stored = store.load("s")
+    assert sorted(texts(stored)) == sorted(f"p{n}-{i}" for n in range(4) for i in range(25))
+    assert [e.seq for e in stored.entries] == list(range(100))
     store.close()
 
 
 _WRITER = """
-import json, sys
 from rollmem.stores import SQLiteStore
+from stores.contract import append, create
+import sys
 store = SQLiteStore(sys.argv[1])
-revision = 0
+head = store.write("s", create())
+count = 0
 while True:
-    state = json.dumps({"count": revision + 1, "pad": "x" * 200_000})
-    revision = store.save("s", state, revision)
-    print(revision, flush=True)
+    head = store.write("s", append(head, "x" * 20_000 + str(count)))
+    count += 1
+    print(head.tail, flush=True)
 """
 
 
 def test_a_writer_killed_mid_stream_leaves_the_last_commit(db_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path])}
     writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(db_path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _WRITER, str(db_path)], stdout=subprocess.PIPE, text=True, env=env
     )
     assert writer.stdout is not None
     printed = 0
@@ -275,9 +339,10 @@ def test_a_writer_killed_mid_stream_leaves_the_last_commit(db_path: Path) -> Non
     store = SQLiteStore(db_path)
     loaded = store.load("s")
     assert loaded is not None
-    assert loaded.revision in (last_printed, last_printed + 1), "committed but not yet printed at most"
-    assert json.loads(loaded.state)["count"] == loaded.revision
-    assert store.save("s", "after the crash", loaded.revision) == loaded.revision + 1
+    assert loaded.head.tail in (last_printed, last_printed + 1), "committed but not yet printed at most"
+    assert len(loaded.entries) == loaded.head.tail, "the head and the log agree"
+    assert texts(loaded)[-1] == "x" * 20_000 + str(loaded.head.tail - 1)
+    assert store.write("s", append(loaded.head, "after the crash")).tail == loaded.head.tail + 1
     store.close()
 
 
@@ -295,3 +360,13 @@ def test_a_writer_killed_mid_stream_leaves_the_last_commit(db_path: Path) -> Non
 def test_bad_constructor_arguments(kwargs: dict[str, object], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         SQLiteStore(**kwargs)  # type: ignore[arg-type]
+
+
+def test_json_of_entries_is_kept_verbatim(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    text = json.dumps({"role": "user", "content": "héllo 🌍"}, ensure_ascii=False)
+    store.write("s", LogWrite("", (entry("a"),), create=True))
+    head = store.load("s").head
+    store.write("s", LogWrite(head.incarnation, (entry("a").__class__(text, 3),), counter=None))
+    assert [e.message for e in store.load("s").entries][-1] == text
+    store.close()

@@ -58,6 +58,10 @@ def check_sync_memories() -> None:
     assert_type(changes, list[Change])
     assert_type(memory.stop_recording(), tuple[Change, ...])
     assert_type(RollingMemory().replay(changes), None)
+    assert_type(memory.restore(memory.to_dict(), costs=memory.costs()), None)
+    assert_type(memory.costs(), list[int])
+    assert_type(memory.token_counter, "TokenCounter | None")
+    memory.on_evict = None
     memory.max_tokens = "50"  # type: ignore[assignment]
     assert_type(RollingMemory.from_dict(memory.to_dict(), max_tokens=100), RollingMemory)
     assert_type(WindowMemory.from_dict(memory.to_dict(), max_messages=3), WindowMemory)
@@ -87,6 +91,7 @@ def check_sessions(store: MemoryStore) -> None:
         assert_type(memory, RollingMemory)
         assert_type(memory.add_user_message("hi"), Message)
     assert_type(sessions.get("s"), "RollingMemory | None")
+    assert_type(sessions.update("s", lambda memory: len(memory.buffer)), int)
     windows = Sessions(store, lambda: WindowMemory(5))
     assert_type(windows, Sessions[WindowMemory])
 

@@ -30,7 +30,7 @@ from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, to_openai_
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import SYSTEM, Message
 from ..sessions import AsyncSessions
-from ..stores import AsyncStore, Store
+from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
 
 __all__ = ["SUMMARY_HEADER", "RollingSession"]
 
@@ -127,7 +127,7 @@ class RollingSession:
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         target_tokens: Optional[int] = None,
-        store: Optional[Union[Store, AsyncStore]] = None,
+        store: Optional[Union[LogStore, AsyncLogStore, Store, AsyncStore]] = None,
         max_retries: int = 10,
     ) -> None:
         _require_agents()
@@ -151,7 +151,7 @@ class RollingSession:
             self._sessions = AsyncSessions(store, factory, max_retries=max_retries)
 
     @property
-    def store(self) -> Optional[Union[Store, AsyncStore]]:
+    def store(self) -> Optional[Union[LogStore, AsyncLogStore, Store, AsyncStore]]:
         """Where the session is kept (``None``: in this object)."""
         return None if self._sessions is None else self._sessions.store
 

@@ -46,9 +46,11 @@ parts are dropped, never summarized again, and the state stays small however lon
 conversation. The summarizer receives the previous summary and only parts never folded before.
 Our own summary part is recognised wherever it sits (pydantic-ai 2.x writes the processed history
 back, and may merge that part into the request of a user prompt) and removed before the history
-is measured. The state lives in ``store`` (any rollmem :class:`~rollmem.stores.Store` or
+is measured. The state lives in ``store`` (any rollmem store: a log store such as
+:class:`~rollmem.stores.SQLiteStore`, or a whole-state :class:`~rollmem.stores.Store` or
 :class:`~rollmem.stores.AsyncStore`; a new in-process :class:`~rollmem.stores.MemoryStore` by
-default) under the session id :data:`STATE_PREFIX` ``+ conversation key``, saved with a
+default) under the session id :data:`STATE_PREFIX` ``+ conversation key``, as the JSON text
+of the session head's summary (a log store holds no entries for it), saved with a
 compare-and-set (a lost race is recomputed from the winner's state, up to 10 times, then
 :class:`~rollmem.errors.ConflictError`).
 
@@ -84,8 +86,8 @@ from ..adapters._common import carried_metadata
 from ..errors import ConflictError, InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ..sessions import _ThreadedStore
-from ..stores import AsyncStore, MemoryStore, Store
+from ..sessions import _async_log
+from ..stores import AsyncLogStore, AsyncStore, LogStore, LogWrite, MemoryStore, Store
 
 __all__ = ["STATE_PREFIX", "RollingHistory", "find_summary", "rolling_history"]
 
@@ -417,7 +419,7 @@ class RollingHistory:
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]],
         token_counter: Optional[TokenCounter],
         target_tokens: Optional[int],
-        store: Union[Store, AsyncStore, None],
+        store: Union[LogStore, AsyncLogStore, Store, AsyncStore, None],
     ) -> None:
         _import()
         self.__annotations__ = _bind_run_context()
@@ -425,16 +427,11 @@ class RollingHistory:
         self._memory()  # checks every argument now
         if store is None:
             store = MemoryStore()
-        if isinstance(store, AsyncStore):
-            self._astore: AsyncStore = store
-        elif isinstance(store, Store):
-            self._astore = _ThreadedStore(store)
-        else:
-            raise TypeError(f"store: expected a rollmem Store or AsyncStore, got {v.type_name(store)}")
-        self._store = store
+        self._log = _async_log(store)
+        self._store: Union[LogStore, AsyncLogStore, Store, AsyncStore] = store
 
     @property
-    def store(self) -> Union[Store, AsyncStore]:
+    def store(self) -> Union[LogStore, AsyncLogStore, Store, AsyncStore]:
         """Where the per-conversation state is kept."""
         return self._store
 
@@ -469,13 +466,12 @@ class RollingHistory:
 
     async def _process(self, pai: Any, view: _View, key: str, messages: list[Any]) -> list[Any]:
         session_id = STATE_PREFIX + key
-        stored = await self._astore.aload(session_id)
+        stored = await self._log.aload(session_id)
         folded: list[str] = []
         if stored is None:
-            summary, revision = (view.summaries[-1] if view.summaries else ""), 0
+            summary = view.summaries[-1] if view.summaries else ""
         else:
-            summary, folded = _parse_state(session_id, stored.state)
-            revision = stored.revision
+            summary, folded = _parse_state(session_id, stored.head.summary)
         live = view.unfolded(folded)
         evicted: list[Message] = []
         memory = self._memory(evicted)
@@ -484,7 +480,19 @@ class RollingHistory:
         if evicted:
             gone = {id(message) for message in evicted}
             folded = (folded + [view.prints[i] for i in live if id(view.groups[i]) in gone])[-_REMEMBERED:]
-            await self._astore.asave(session_id, _dump_state(memory.summary, folded), revision)
+            state = _dump_state(memory.summary, folded)
+            if stored is None:
+                write = LogWrite("", summary=state, create=True)
+            else:  # a compare-and-set on the head that was loaded
+                head = stored.head
+                write = LogWrite(
+                    head.incarnation,
+                    expected_revision=head.revision,
+                    expected_tail=head.tail,
+                    summary=state,
+                    replace=True,
+                )
+            await self._log.awrite(session_id, write)
         unchanged = (
             not evicted
             and len(live) == len(view.groups)
@@ -514,7 +522,7 @@ def rolling_history(
     token_counter: Optional[TokenCounter] = None,
     *,
     target_tokens: Optional[int] = None,
-    store: Union[Store, AsyncStore, None] = None,
+    store: Union[LogStore, AsyncLogStore, Store, AsyncStore, None] = None,
 ) -> RollingHistory:
     """A pydantic-ai history processor: the running summary, then the newest messages within
     ``max_tokens`` (evicting down to ``target_tokens``, default ``max_tokens``).

@@ -19,20 +19,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._protocol import AsyncStore, Store, StoredSession
+from ._protocol import (
+    AsyncLogStore,
+    AsyncStore,
+    Head,
+    LogEntry,
+    LogStore,
+    LogWrite,
+    Store,
+    StoredLog,
+    StoredSession,
+)
+from ._whole import AsyncWholeStateLog, WholeStateLog
 from .memory import MemoryStore
 
 if TYPE_CHECKING:
     from .sqlite import SQLiteStore
 
 __all__ = [
+    "AsyncLogStore",
     "AsyncStore",
+    "AsyncWholeStateLog",
+    "Head",
+    "LogEntry",
+    "LogStore",
+    "LogWrite",
     "MemoryStore",
     "PostgresStore",
     "RedisStore",
     "SQLiteStore",
     "Store",
+    "StoredLog",
     "StoredSession",
+    "WholeStateLog",
 ]
 
 _LAZY = {"SQLiteStore": ".sqlite", "RedisStore": ".redis", "PostgresStore": ".postgres"}

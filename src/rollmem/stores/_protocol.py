@@ -1,14 +1,35 @@
-"""The storage protocol behind :mod:`rollmem.sessions`, and its revision contract.
+"""The storage protocols behind :mod:`rollmem.sessions`.
 
-A store keeps, per session id, one JSON text (a memory's ``to_dict()``) and a revision
-number. Revisions start at 1 for the first save and grow by one per save. Every save is a
-compare-and-set: it succeeds only while the stored revision still equals the revision the
-writer loaded (``0`` for "no live session": absent, deleted or expired), and raises
-:class:`~rollmem.errors.ConflictError` otherwise, writing nothing. A store that cannot be
-reached raises :class:`~rollmem.errors.StoreUnavailableError` from the driver's error.
+**The log protocol** (:class:`LogStore` / :class:`AsyncLogStore`, what the bundled
+``MemoryStore`` and ``SQLiteStore`` implement). A session is a :class:`Head` (summary,
+incarnation, revision, counter identity, next sequence number) plus an append-only log of
+:class:`LogEntry` (one message as JSON text, its token cost, its sequence number). One method
+writes, :meth:`LogStore.write`, atomically:
 
-Sync code calls the plain methods; async code calls the ``a``-prefixed twins, which must
-not block the event loop. A store may implement only one side.
+- an *append* (``expected_revision is None``) adds entries at the tail, numbered in commit
+  order; it conflicts only when the incarnation is gone (the session was deleted, expired or
+  recreated), never with other appends or folds;
+- a *fold* (``expected_revision`` set) is a compare-and-set on the head's revision: it sets the
+  summary, removes the entries numbered below ``cut`` except those in ``keep``, and appends;
+  entries appended by others after the cut survive;
+- a *rewrite* (``replace=True``) removes every entry first: it also needs ``expected_tail``;
+- ``expected_tail`` (optional on a fold) also requires that nobody appended since the load;
+- ``create=True`` starts a session under a new incarnation; it conflicts if one is live.
+
+Folds and rewrites bump the revision; appends do not. A losing write raises
+:class:`~rollmem.errors.ConflictError` and writes nothing. Incarnations are never reused, so a
+writer that loaded a session before it was deleted can never write into its successor.
+``load`` is one read; with ``since`` (a head the caller holds) a store may return only the
+entries appended after it, when incarnation and revision are unchanged (``StoredLog.delta``).
+
+**The whole-state protocol** (:class:`Store` / :class:`AsyncStore`, today's protocol, kept for
+third-party stores): one JSON text per session and a revision, every save a compare-and-set.
+:mod:`rollmem.sessions` drives such a store through :class:`rollmem.stores.WholeStateLog`:
+correct, but each write rewrites the whole state.
+
+A store that cannot be reached raises :class:`~rollmem.errors.StoreUnavailableError`. Sync code
+calls the plain methods; async code calls the ``a``-prefixed twins, which must not block the
+event loop. A store may implement only one side.
 """
 
 from __future__ import annotations
@@ -16,12 +37,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Protocol, runtime_checkable
 
-__all__ = ["AsyncStore", "Store", "StoredSession"]
+__all__ = [
+    "AsyncLogStore",
+    "AsyncStore",
+    "Head",
+    "LogEntry",
+    "LogStore",
+    "LogWrite",
+    "Store",
+    "StoredLog",
+    "StoredSession",
+]
 
 
 @dataclass(frozen=True)
 class StoredSession:
-    """What a store holds for one live session."""
+    """What a whole-state store holds for one live session."""
 
     state: str
     """The JSON text of the memory's ``to_dict()``."""
@@ -29,9 +60,128 @@ class StoredSession:
     """1 after the first save, then one more per save."""
 
 
+@dataclass(frozen=True)
+class Head:
+    """The head of a log-structured session."""
+
+    incarnation: str
+    """Names this life of the session: new at each creation, never reused after a delete."""
+    revision: int
+    """1 at creation, one more per fold or rewrite (appends leave it alone)."""
+    summary: str
+    tail: int
+    """The sequence number the next appended entry gets (entries are numbered from 0)."""
+    counter: Optional[str] = None
+    """The identity of the token counter that measured the entries' costs (``None``: unknown)."""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One message of the log."""
+
+    message: str
+    """The JSON text of ``Message.to_dict()``."""
+    cost: int
+    """Its cost by the counter named in the head (``-1``: unknown)."""
+    seq: int = -1
+    """Its sequence number (assigned by the store at append; ``-1`` in a write)."""
+
+
+@dataclass(frozen=True)
+class StoredLog:
+    """What ``load`` returns: the head and the live entries, oldest first."""
+
+    head: Head
+    entries: tuple[LogEntry, ...]
+    delta: bool = False
+    """True when ``entries`` holds only what was appended after the ``since`` head."""
+
+
+@dataclass(frozen=True)
+class LogWrite:
+    """One atomic write of :meth:`LogStore.write`; see the module docstring for the rules."""
+
+    incarnation: str
+    """The incarnation the writer loaded (ignored with ``create``)."""
+    entries: tuple[LogEntry, ...] = ()
+    """Appended at the tail, in this order."""
+    expected_revision: Optional[int] = None
+    """``None``: an append, no compare-and-set on the head."""
+    expected_tail: Optional[int] = None
+    """The tail the writer loaded, when nobody may have appended since (rewrites, some folds)."""
+    summary: Optional[str] = None
+    """The new summary (``None``: unchanged)."""
+    cut: int = 0
+    """Entries numbered below ``cut`` are removed, except those in ``keep``."""
+    keep: tuple[int, ...] = ()
+    replace: bool = False
+    """Remove every entry before appending (a rewrite)."""
+    counter: Optional[str] = None
+    """The counter identity of the costs of ``entries``; stored in the head by a create, a
+    rewrite or a fold (an append must carry the head's)."""
+    create: bool = False
+    """Start the session under a new incarnation; conflicts when one is live."""
+    ttl: Optional[float] = None
+    """The session expires ``ttl`` seconds after this write (``None``: never)."""
+
+    @property
+    def is_append(self) -> bool:
+        """Whether this write only appends (no compare-and-set on the head)."""
+        return self.expected_revision is None and not self.create and not self.replace
+
+
+@runtime_checkable
+class LogStore(Protocol):
+    """A blocking log-structured session store. Implementations must be safe to share between threads."""
+
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """The live session, or ``None`` when it is absent or expired."""
+        ...
+
+    def write(self, session_id: str, change: LogWrite) -> Head:
+        """Apply ``change`` atomically and return the new head; else raise ``ConflictError`` and
+        write nothing."""
+        ...
+
+    def delete(self, session_id: str) -> bool:
+        """Remove the session (its incarnation ends); ``True`` if a live one was there."""
+        ...
+
+    def ids(self, prefix: str = "") -> list[str]:
+        """The ids of the live sessions that start with ``prefix``, sorted."""
+        ...
+
+    def purge_expired(self) -> int:
+        """Remove expired sessions now and return how many went."""
+        ...
+
+    def close(self) -> None:
+        """Release connections the store opened itself (not ones it was given)."""
+        ...
+
+
+@runtime_checkable
+class AsyncLogStore(Protocol):
+    """The async twin of :class:`LogStore`: same contract, coroutine methods with an ``a`` prefix."""
+
+    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]: ...
+
+    async def awrite(self, session_id: str, change: LogWrite) -> Head: ...
+
+    async def adelete(self, session_id: str) -> bool: ...
+
+    async def aids(self, prefix: str = "") -> list[str]: ...
+
+    async def apurge_expired(self) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
 @runtime_checkable
 class Store(Protocol):
-    """A blocking session store. Implementations must be safe to share between threads."""
+    """A blocking whole-state session store (today's protocol). Revisions start at 1 for the
+    first save and grow by one per save; every save is a compare-and-set against the revision
+    the writer loaded (``0``: no live session), else ``ConflictError`` and nothing written."""
 
     def load(self, session_id: str) -> Optional[StoredSession]:
         """The live session, or ``None`` when it is absent or expired."""

@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import NamedTuple, Optional
 
-from ._common import check_prefix, check_save, check_session_id, conflict, is_expired
-from ._protocol import StoredSession
+from ._common import apply_write, check_load, check_prefix, check_session_id, check_write, is_expired
+from ._protocol import Head, LogEntry, LogWrite, StoredLog
 
 __all__ = ["MemoryStore"]
 
 
 class _Entry(NamedTuple):
-    state: str
-    revision: int
+    head: Head
+    entries: list[LogEntry]
     expires_at: Optional[float]  # time.monotonic() deadline, None: never
 
 
 class MemoryStore:
-    """A thread-safe store kept in this process's memory, for tests, scripts and single-process apps.
+    """A thread-safe log-structured store kept in this process's memory, for tests, scripts and
+    single-process apps.
 
-    It follows the full :class:`~rollmem.stores.Store` contract (revisions, compare-and-set,
-    ``ttl``) and its ``AsyncStore`` twin; the async methods never block on I/O. Nothing
-    survives the process, and separate processes do not share sessions.
+    It follows the full :class:`~rollmem.stores.LogStore` contract (incarnations, revisions,
+    appends without compare-and-set, folds and rewrites with one, ``ttl``) and its
+    ``AsyncLogStore`` twin; the async methods never block on I/O. Nothing survives the process,
+    and separate processes do not share sessions.
     """
 
     def __init__(self) -> None:
@@ -39,27 +42,36 @@ class MemoryStore:
             return None
         return entry
 
-    def load(self, session_id: str) -> Optional[StoredSession]:
-        """The live session, or ``None`` when it is absent or expired."""
-        check_session_id(session_id)
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """The live session, or ``None`` when it is absent or expired; with ``since``, only the
+        entries appended after it when its incarnation and revision still hold."""
+        check_load(session_id, since)
         with self._lock:
             entry = self._live(session_id, time.monotonic())
-        return None if entry is None else StoredSession(entry.state, entry.revision)
+            if entry is None:
+                return None
+            head = entry.head
+            if since is not None and (since.incarnation, since.revision) == (head.incarnation, head.revision):
+                return StoredLog(head, tuple(e for e in entry.entries if e.seq >= since.tail), delta=True)
+            return StoredLog(head, tuple(entry.entries))
 
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
-        """Store ``state`` if the live revision is ``expected_revision`` (0: no live session) and
-        return the new revision; else raise ``ConflictError`` and change nothing."""
-        check_save(session_id, state, expected_revision, ttl)
+    def write(self, session_id: str, change: LogWrite) -> Head:
+        """Apply ``change`` atomically and return the new head; else raise ``ConflictError``
+        and change nothing."""
+        check_write(session_id, change)
         with self._lock:
             now = time.monotonic()
             entry = self._live(session_id, now)
-            live_revision = 0 if entry is None else entry.revision
-            if live_revision != expected_revision:
-                raise conflict(session_id, expected_revision, live_revision)
-            revision = live_revision + 1
-            expires_at = None if ttl is None else now + ttl
-            self._sessions[session_id] = _Entry(state, revision, expires_at)
-        return revision
+            head, entries = apply_write(
+                session_id,
+                None if entry is None else entry.head,
+                [] if entry is None else entry.entries,
+                change,
+                uuid.uuid4().hex,
+            )
+            expires_at = None if change.ttl is None else now + change.ttl
+            self._sessions[session_id] = _Entry(head, entries, expires_at)
+        return head
 
     def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if a live one was there."""
@@ -93,15 +105,13 @@ class MemoryStore:
     def close(self) -> None:
         """Nothing to release; the sessions stay readable."""
 
-    async def aload(self, session_id: str) -> Optional[StoredSession]:
+    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        return self.load(session_id)
+        return self.load(session_id, since)
 
-    async def asave(
-        self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None
-    ) -> int:
-        """Async twin of :meth:`save`."""
-        return self.save(session_id, state, expected_revision, ttl)
+    async def awrite(self, session_id: str, change: LogWrite) -> Head:
+        """Async twin of :meth:`write`."""
+        return self.write(session_id, change)
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""

@@ -3,81 +3,133 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Optional, Union
 
 from .. import _validate as v
 from ..errors import StoreUnavailableError
-from ._common import check_prefix, check_save, check_session_id, conflict, is_expired
-from ._protocol import StoredSession
+from ._common import (
+    check_load,
+    check_prefix,
+    check_session_id,
+    check_write,
+    is_expired,
+    shown,
+    write_conflict,
+)
+from ._common import new_head as _new_head
+from ._protocol import Head, LogEntry, LogWrite, StoredLog
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
-"""The layout version this module writes to the ``rollmem_meta`` table, and the only one it reads."""
+SCHEMA_VERSION = 2
+"""The layout version this module writes to the ``rollmem_meta`` table: 2 is the log layout (a
+head row per session plus one row per message). A version-1 database (one JSON state per
+session) is upgraded in place on first use; its sessions are read from the old table until
+their next write moves them. A newer version is refused."""
 
 _MAX_TIMEOUT = 2_000_000.0  # SQLite's busy timeout is a 32-bit count of milliseconds
 _MAX_IDLE = 16  # idle connections kept per store and process; more threads open and close their own
+_LEGACY_INCARNATION = "legacy"  # the incarnation a version-1 session reads as, until its next write
 
 
 def _quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-_TABLE = _quote("rollmem_sessions")
-_INDEX = _quote("rollmem_sessions_expires_at")
+_HEADS = _quote("rollmem_heads")
+_LOG = _quote("rollmem_log")
+_LEGACY = _quote("rollmem_sessions")
+_INDEX = _quote("rollmem_heads_expires_at")
 _META = _quote("rollmem_meta")
 
 _CREATE_META = (
     f'CREATE TABLE IF NOT EXISTS {_META} ("key" TEXT PRIMARY KEY NOT NULL, "value" INTEGER NOT NULL)'
 )
 _READ_VERSION = f'SELECT "value" FROM {_META} WHERE "key" = ?'
-_WRITE_VERSION = f'INSERT INTO {_META} ("key", "value") VALUES (?, ?)'
-_CREATE_TABLE = f"""CREATE TABLE IF NOT EXISTS {_TABLE} (
+_WRITE_VERSION = f'INSERT OR REPLACE INTO {_META} ("key", "value") VALUES (?, ?)'
+_CREATE_HEADS = f"""CREATE TABLE IF NOT EXISTS {_HEADS} (
     "session_id" TEXT PRIMARY KEY NOT NULL CHECK (typeof("session_id") = 'text'),
-    "state" TEXT NOT NULL CHECK (typeof("state") = 'text'),
+    "incarnation" TEXT NOT NULL,
     "revision" INTEGER NOT NULL CHECK (typeof("revision") = 'integer' AND "revision" > 0),
+    "summary" TEXT NOT NULL,
+    "tail" INTEGER NOT NULL,
+    "counter" TEXT,
     "expires_at" REAL,
     "updated_at" REAL NOT NULL
 )"""
+_CREATE_LOG = f"""CREATE TABLE IF NOT EXISTS {_LOG} (
+    "session_id" TEXT NOT NULL,
+    "seq" INTEGER NOT NULL,
+    "message" TEXT NOT NULL,
+    "cost" INTEGER NOT NULL,
+    PRIMARY KEY ("session_id", "seq")
+) WITHOUT ROWID"""
 _CREATE_INDEX = (
-    f'CREATE INDEX IF NOT EXISTS {_INDEX} ON {_TABLE} ("expires_at") WHERE "expires_at" IS NOT NULL'
+    f'CREATE INDEX IF NOT EXISTS {_INDEX} ON {_HEADS} ("expires_at") WHERE "expires_at" IS NOT NULL'
 )
-_LOAD = f'SELECT "state", "revision", "expires_at" FROM {_TABLE} WHERE "session_id" = ?'
-_INSERT = (
-    f'INSERT INTO {_TABLE} ("session_id", "state", "revision", "expires_at", "updated_at") '
-    "VALUES (?, ?, ?, ?, ?)"
-)
-_UPDATE = (
-    f'UPDATE {_TABLE} SET "state" = ?, "revision" = ?, "expires_at" = ?, "updated_at" = ? '
+_HAS_LEGACY = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rollmem_sessions'"
+_HEAD = (
+    f'SELECT "incarnation", "revision", "summary", "tail", "counter", "expires_at" FROM {_HEADS} '
     'WHERE "session_id" = ?'
 )
-_DELETE = f'DELETE FROM {_TABLE} WHERE "session_id" = ?'
-_IDS = (
-    f'SELECT "session_id" FROM {_TABLE} WHERE "session_id" >= ? AND substr("session_id", 1, ?) = ? '
-    'AND ("expires_at" IS NULL OR "expires_at" > ?) ORDER BY "session_id"'
+_ENTRIES = f'SELECT "seq", "message", "cost" FROM {_LOG} WHERE "session_id" = ? AND "seq" >= ? ORDER BY "seq"'
+_INSERT_HEAD = (
+    f'INSERT OR REPLACE INTO {_HEADS} ("session_id", "incarnation", "revision", "summary", "tail", '
+    '"counter", "expires_at", "updated_at") VALUES (?, ?, ?, ?, ?, ?, ?, ?)'
 )
-_PURGE = f'DELETE FROM {_TABLE} WHERE "expires_at" IS NOT NULL AND "expires_at" <= ?'
+_UPDATE_HEAD = (
+    f'UPDATE {_HEADS} SET "revision" = ?, "summary" = ?, "tail" = ?, "counter" = ?, "expires_at" = ?, '
+    '"updated_at" = ? WHERE "session_id" = ?'
+)
+_INSERT_ENTRY = f'INSERT INTO {_LOG} ("session_id", "seq", "message", "cost") VALUES (?, ?, ?, ?)'
+_DELETE_RANGE = f'DELETE FROM {_LOG} WHERE "session_id" = ? AND "seq" >= ? AND "seq" < ?'
+_DELETE_ENTRIES = f'DELETE FROM {_LOG} WHERE "session_id" = ?'
+_DELETE_HEAD = f'DELETE FROM {_HEADS} WHERE "session_id" = ?'
+_IDS = (
+    f'SELECT "session_id" FROM {_HEADS} WHERE "session_id" >= ? AND substr("session_id", 1, ?) = ? '
+    'AND ("expires_at" IS NULL OR "expires_at" > ?)'
+)
+_PURGE_ENTRIES = (
+    f'DELETE FROM {_LOG} WHERE "session_id" IN '
+    f'(SELECT "session_id" FROM {_HEADS} WHERE "expires_at" IS NOT NULL AND "expires_at" <= ?)'
+)
+_PURGE_HEADS = f'DELETE FROM {_HEADS} WHERE "expires_at" IS NOT NULL AND "expires_at" <= ?'
+_LEGACY_LOAD = f'SELECT "state", "revision", "expires_at" FROM {_LEGACY} WHERE "session_id" = ?'
+_LEGACY_DELETE = f'DELETE FROM {_LEGACY} WHERE "session_id" = ?'
+_LEGACY_IDS = (
+    f'SELECT "session_id" FROM {_LEGACY} WHERE "session_id" >= ? AND substr("session_id", 1, ?) = ? '
+    'AND ("expires_at" IS NULL OR "expires_at" > ?)'
+)
+_LEGACY_PURGE = f'DELETE FROM {_LEGACY} WHERE "expires_at" IS NOT NULL AND "expires_at" <= ?'
 
 
 class SQLiteStore:
-    """Sessions in one table of an SQLite database, standard library only.
+    """Sessions in an SQLite database, standard library only: a log store.
 
     ``path`` is a database file (created when missing) or ``":memory:"`` for a private
     in-memory database shared by this store's threads and gone when it closes. A file
     database is put in WAL mode, so readers never wait for the writer; writers wait up to
     ``timeout`` seconds for each other, then raise :class:`~rollmem.errors.StoreUnavailableError`.
     Any number of threads, stores and processes of one machine may share a file (not over a
-    network file system). The table and the schema version are created on first use; a
-    database written by a newer rollmem schema is refused. Every write is one transaction;
-    expiry uses the wall clock and expired rows stay on disk until :meth:`purge_expired`.
-    The async methods run the blocking ones in a worker thread (a cancelled call may still
-    complete there).
+    network file system).
+
+    Layout: ``rollmem_heads`` (one row per session: incarnation, revision, summary, tail,
+    counter identity, expiry) and ``rollmem_log`` (one row per message: sequence number,
+    message JSON, token cost). An append inserts its rows and touches the head's tail; a fold
+    deletes the folded rows and updates the head; each write is one transaction that checks
+    the head first (see :class:`~rollmem.stores.LogStore`). The tables and the schema version
+    are created on first use; a version-1 database is upgraded in place (its sessions move to
+    the log tables at their next write); a newer version is refused. Expiry uses the wall
+    clock and expired rows stay on disk until :meth:`purge_expired`. The async methods run the
+    blocking ones in a worker thread (a cancelled call may still complete there).
     """
 
     def __init__(self, path: Union[str, os.PathLike[str]] = ":memory:", *, timeout: float = 30.0) -> None:
@@ -100,6 +152,7 @@ class SQLiteStore:
         self._abandoned: list[sqlite3.Connection] = []  # a parent process's connections, never touched
         self._pid = os.getpid()
         self._schema_ready = False
+        self._legacy = False  # a version-1 table of whole states is still there
         self._closed = False
 
     def __repr__(self) -> str:
@@ -144,15 +197,17 @@ class SQLiteStore:
         with self._transaction_on(conn):
             conn.execute(_CREATE_META)
             row = conn.execute(_READ_VERSION, ("schema_version",)).fetchone()
-            if row is None:
-                conn.execute(_CREATE_TABLE)
+            if row is not None and row[0] not in (1, SCHEMA_VERSION):
+                raise StoreUnavailableError(
+                    f"{self!r} holds rollmem schema version {row[0]!r}; this rollmem reads versions 1 "
+                    f"and {SCHEMA_VERSION}" + (": upgrade rollmem" if _newer(row[0]) else "")
+                )
+            if row is None or row[0] == 1:  # new, or the whole-state layout: add the log tables
+                conn.execute(_CREATE_HEADS)
+                conn.execute(_CREATE_LOG)
                 conn.execute(_CREATE_INDEX)
                 conn.execute(_WRITE_VERSION, ("schema_version", SCHEMA_VERSION))
-            elif row[0] != SCHEMA_VERSION:
-                raise StoreUnavailableError(
-                    f"{self!r} holds rollmem schema version {row[0]!r}; this rollmem reads version "
-                    f"{SCHEMA_VERSION} only" + (": upgrade rollmem" if _newer(row[0]) else "")
-                )
+            self._legacy = conn.execute(_HAS_LEGACY).fetchone() is not None
 
     def _acquire(self) -> sqlite3.Connection:
         with self._lock:
@@ -227,62 +282,178 @@ class SQLiteStore:
         finally:
             self._writer.release()
 
-    # the Store protocol
+    # reading
 
-    def load(self, session_id: str) -> Optional[StoredSession]:
-        """The live session, or ``None`` when it is absent or expired."""
-        check_session_id(session_id)
-        with self._connection() as conn:
-            row = conn.execute(_LOAD, (session_id,)).fetchone()
-        if row is None or is_expired(row[2], time.time()):
+    def _corrupt(self, session_id: str, what: str) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"{self!r}: the rows of session {shown(session_id)} are corrupt ({what})"
+        )
+
+    def _read_head(self, conn: sqlite3.Connection, session_id: str, now: float) -> Optional[Head]:
+        row = conn.execute(_HEAD, (session_id,)).fetchone()
+        if row is None or is_expired(row[5], now):
             return None
-        state, revision = row[0], row[1]
-        if not isinstance(state, str) or not v.is_int(revision):
-            raise StoreUnavailableError(
-                f"{self!r}: the row of session {session_id!r} is corrupt "
-                f"(state {type(state).__name__}, revision {revision!r})"
-            )
-        return StoredSession(state, revision)
+        incarnation, revision, summary, tail, counter = row[:5]
+        if not (
+            isinstance(incarnation, str)
+            and isinstance(summary, str)
+            and type(revision) is int
+            and type(tail) is int
+            and (counter is None or isinstance(counter, str))
+        ):
+            raise self._corrupt(session_id, f"head revision {revision!r}, tail {tail!r}")
+        return Head(incarnation, revision, summary, tail, counter)
 
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
-        """Store ``state`` if the live revision is ``expected_revision`` (0: no live session) and
-        return the new revision; else raise ``ConflictError`` and write nothing."""
-        check_save(session_id, state, expected_revision, ttl)
+    def _read_entries(self, conn: sqlite3.Connection, session_id: str, first: int) -> list[LogEntry]:
+        entries = []
+        for seq, message, cost in conn.execute(_ENTRIES, (session_id, first)):
+            if not isinstance(message, str) or type(cost) is not int or type(seq) is not int:
+                raise self._corrupt(session_id, f"entry {seq!r}")
+            entries.append(LogEntry(message, cost, seq))
+        return entries
+
+    def _read_legacy(
+        self, conn: sqlite3.Connection, session_id: str, now: float
+    ) -> Optional[tuple[Head, list[LogEntry]]]:
+        """A session still in the version-1 table, as a head and entries (unknown costs)."""
+        if not self._legacy:
+            return None
+        row = conn.execute(_LEGACY_LOAD, (session_id,)).fetchone()
+        if row is None or is_expired(row[2], now):
+            return None
+        try:
+            data = json.loads(row[0])
+            summary, buffer = data["summary"], data["buffer"]
+            if not isinstance(summary, str) or not isinstance(buffer, list) or type(row[1]) is not int:
+                raise TypeError("summary must be a str and buffer a list")
+            texts = [json.dumps(item, ensure_ascii=False, separators=(",", ":")) for item in buffer]
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise self._corrupt(session_id, f"version-1 state: {exc!r}") from exc
+        head = Head(_LEGACY_INCARNATION, row[1], summary, len(texts), None)
+        return head, [LogEntry(text, -1, seq) for seq, text in enumerate(texts)]
+
+    # the LogStore protocol
+
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """The live session, or ``None`` when it is absent or expired; with ``since``, only the
+        entries appended after it when its incarnation and revision still hold. One read
+        transaction."""
+        check_load(session_id, since)
+        with self._connection() as conn:
+            conn.execute("BEGIN")
+            try:
+                now = time.time()
+                head = self._read_head(conn, session_id, now)
+                if head is None:
+                    legacy = self._read_legacy(conn, session_id, now)
+                    return None if legacy is None else StoredLog(legacy[0], tuple(legacy[1]))
+                delta = since is not None and (since.incarnation, since.revision) == (
+                    head.incarnation,
+                    head.revision,
+                )
+                first = since.tail if since is not None and delta else 0
+                return StoredLog(head, tuple(self._read_entries(conn, session_id, first)), delta)
+            finally:
+                conn.execute("COMMIT")
+
+    def write(self, session_id: str, change: LogWrite) -> Head:
+        """Apply ``change`` in one transaction and return the new head; else raise
+        ``ConflictError`` and write nothing. A version-1 session is moved to the log tables."""
+        check_write(session_id, change)
         with self._write() as conn:
             now = time.time()
-            row = conn.execute(_LOAD, (session_id,)).fetchone()
-            live_revision = 0 if row is None or is_expired(row[2], now) else row[1]
-            if live_revision != expected_revision:
-                raise conflict(session_id, expected_revision, live_revision)
-            revision = expected_revision + 1
-            expires_at = None if ttl is None else now + ttl
-            if row is None:
-                conn.execute(_INSERT, (session_id, state, revision, expires_at, now))
+            head = self._read_head(conn, session_id, now)
+            legacy = None if head is not None else self._read_legacy(conn, session_id, now)
+            if legacy is not None:
+                head = legacy[0]
+            error = write_conflict(session_id, head, change)
+            if error is not None:
+                raise error
+            updated = _new_head(head, change, uuid.uuid4().hex)
+            expires_at = None if change.ttl is None else now + change.ttl
+            if legacy is not None or head is None or change.create or change.replace:
+                # a new incarnation, a rewrite, or a version-1 session moving in: write it all
+                kept = [] if legacy is None or change.replace else legacy[1]
+                if legacy is not None and not change.replace:
+                    keep = set(change.keep)
+                    kept = [e for e in kept if e.seq >= change.cut or e.seq in keep]
+                conn.execute(_DELETE_ENTRIES, (session_id,))
+                if self._legacy:
+                    conn.execute(_LEGACY_DELETE, (session_id,))
+                conn.execute(
+                    _INSERT_HEAD,
+                    (
+                        session_id,
+                        updated.incarnation,
+                        updated.revision,
+                        updated.summary,
+                        updated.tail,
+                        updated.counter,
+                        expires_at,
+                        now,
+                    ),
+                )
+                conn.executemany(_INSERT_ENTRY, [(session_id, e.seq, e.message, e.cost) for e in kept])
             else:
-                conn.execute(_UPDATE, (state, revision, expires_at, now, session_id))
-        return revision
+                if change.cut:
+                    bounds = [-1, *sorted(seq for seq in set(change.keep) if seq < change.cut), change.cut]
+                    ranges = [
+                        (session_id, low + 1, high) for low, high in zip(bounds, bounds[1:]) if high > low + 1
+                    ]
+                    conn.executemany(_DELETE_RANGE, ranges)
+                conn.execute(
+                    _UPDATE_HEAD,
+                    (
+                        updated.revision,
+                        updated.summary,
+                        updated.tail,
+                        updated.counter,
+                        expires_at,
+                        now,
+                        session_id,
+                    ),
+                )
+            first = updated.tail - len(change.entries)
+            conn.executemany(
+                _INSERT_ENTRY,
+                [(session_id, first + i, e.message, e.cost) for i, e in enumerate(change.entries)],
+            )
+        return updated
 
     def delete(self, session_id: str) -> bool:
-        """Remove the session; ``True`` if a live one was there."""
+        """Remove the session (its incarnation ends); ``True`` if a live one was there."""
         check_session_id(session_id)
         with self._write() as conn:
             now = time.time()
-            row = conn.execute(_LOAD, (session_id,)).fetchone()
-            if row is not None:
-                conn.execute(_DELETE, (session_id,))
-        return row is not None and not is_expired(row[2], now)
+            live = self._read_head(conn, session_id, now) is not None
+            if not live and self._legacy:  # the bare row: a corrupt state may still be deleted
+                row = conn.execute(_LEGACY_LOAD, (session_id,)).fetchone()
+                live = row is not None and not is_expired(row[2], now)
+            conn.execute(_DELETE_ENTRIES, (session_id,))
+            conn.execute(_DELETE_HEAD, (session_id,))
+            if self._legacy:
+                conn.execute(_LEGACY_DELETE, (session_id,))
+        return live
 
     def ids(self, prefix: str = "") -> list[str]:
         """The ids of the live sessions that start with ``prefix``, sorted."""
         check_prefix(prefix)
+        arguments = (prefix, len(prefix), prefix, time.time())
         with self._connection() as conn:
-            rows = conn.execute(_IDS, (prefix, len(prefix), prefix, time.time())).fetchall()
-        return sorted(row[0] for row in rows)
+            found = {row[0] for row in conn.execute(_IDS, arguments)}
+            if self._legacy:
+                found.update(row[0] for row in conn.execute(_LEGACY_IDS, arguments))
+        return sorted(found)
 
     def purge_expired(self) -> int:
-        """Delete the rows of expired sessions and return how many went."""
+        """Delete the rows of expired sessions and return how many sessions went."""
         with self._write() as conn:
-            return conn.execute(_PURGE, (time.time(),)).rowcount
+            now = time.time()
+            conn.execute(_PURGE_ENTRIES, (now,))
+            count = conn.execute(_PURGE_HEADS, (now,)).rowcount
+            if self._legacy:
+                count += conn.execute(_LEGACY_PURGE, (now,)).rowcount
+            return int(count)
 
     def close(self) -> None:
         """Close the store's connections (an in-memory database is gone); later calls raise
@@ -296,17 +467,15 @@ class SQLiteStore:
         if shared is not None:
             shared.close()
 
-    # the AsyncStore protocol: the same calls, in a worker thread
+    # the AsyncLogStore protocol: the same calls, in a worker thread
 
-    async def aload(self, session_id: str) -> Optional[StoredSession]:
+    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        return await asyncio.to_thread(self.load, session_id)
+        return await asyncio.to_thread(self.load, session_id, since)
 
-    async def asave(
-        self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None
-    ) -> int:
-        """Async twin of :meth:`save`."""
-        return await asyncio.to_thread(self.save, session_id, state, expected_revision, ttl)
+    async def awrite(self, session_id: str, change: LogWrite) -> Head:
+        """Async twin of :meth:`write`."""
+        return await asyncio.to_thread(self.write, session_id, change)
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
@@ -326,4 +495,4 @@ class SQLiteStore:
 
 
 def _newer(version: object) -> bool:
-    return isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION
+    return v.is_int(version) and isinstance(version, int) and version > SCHEMA_VERSION
