@@ -15,10 +15,7 @@ import pytest
 from rollmem.errors import ConflictError, StoreUnavailableError
 from rollmem.stores import StoredSession
 
-from .contract import (
-    AsyncStoreContract,
-    StoreContract,
-)
+from .contract import AsyncLogStoreContract, LogStoreContract, append, create, texts
 from .servers import (
     ServerStoreChecks,
     close_redis,
@@ -75,7 +72,7 @@ class _Isolated:
         return self.store_factory()()
 
 
-class TestRedisStore(_Isolated, StoreContract):
+class TestRedisStore(_Isolated, LogStoreContract):
     pass
 
 
@@ -88,7 +85,7 @@ class TestRedisStoreServer(_Isolated, ServerStoreChecks):
     driver_error = staticmethod(lambda: redis.exceptions.ConnectionError)
 
 
-class TestRedisStoreAsync(_Isolated, AsyncStoreContract):
+class TestRedisStoreAsync(_Isolated, AsyncLogStoreContract):
     pass
 
 
@@ -110,11 +107,11 @@ class _ClusterIsolated:
         return self.store_factory()()
 
 
-class TestRedisClusterStore(_ClusterIsolated, StoreContract):
+class TestRedisClusterStore(_ClusterIsolated, LogStoreContract):
     pass
 
 
-class TestRedisClusterStoreAsync(_ClusterIsolated, AsyncStoreContract):
+class TestRedisClusterStoreAsync(_ClusterIsolated, AsyncLogStoreContract):
     pass
 
 
@@ -129,7 +126,7 @@ class TestRedisClusterStoreServer(_ClusterIsolated, ServerStoreChecks):
     driver_error = staticmethod(lambda: redis.exceptions.RedisClusterException)
 
 
-class TestRedisClusterStoreGivenClient(_ClusterIsolated, StoreContract):
+class TestRedisClusterStoreGivenClient(_ClusterIsolated, LogStoreContract):
     """A RedisCluster of the caller's, made from the list of nodes, answering str."""
 
     @pytest.fixture(autouse=True)
@@ -143,7 +140,7 @@ class TestRedisClusterStoreGivenClient(_ClusterIsolated, StoreContract):
         return RedisStore(self.client, prefix=self.prefix)
 
 
-class TestRedisStoreGivenDecodingClient(_Isolated, StoreContract):
+class TestRedisStoreGivenDecodingClient(_Isolated, LogStoreContract):
     """A client of the caller's, answering str instead of bytes."""
 
     @pytest.fixture(autouse=True)
