@@ -17,11 +17,19 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .._validate import type_name
 from ..errors import ConflictError, InvalidStateError, MissingExtraError, StoreUnavailableError
-from ._common import apply_write, check_load, check_prefix, check_session_id, check_write, shown, write_conflict
+from ._common import (
+    apply_write,
+    check_load,
+    check_prefix,
+    check_session_id,
+    check_write,
+    shown,
+    write_conflict,
+)
 from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
 from ._whole import decode
 
@@ -483,7 +491,9 @@ class RedisStore:
         return args
 
     @staticmethod
-    def _move_args(head: Head, entries: list[LogEntry], ttl: Optional[float], key_index: int, old: str) -> list[str]:
+    def _move_args(
+        head: Head, entries: list[LogEntry], ttl: Optional[float], key_index: int, old: str
+    ) -> list[str]:
         args = [
             "m",
             uuid.uuid4().hex,
@@ -564,7 +574,9 @@ class RedisStore:
         entries = tuple(self._entry(session_id, raw) for raw in reply[8:])
         return StoredLog(head, entries, bool(int(reply[7])))
 
-    def _step(self, session_id: str, change: LogWrite, reply: list[Any]) -> Union[Head, tuple[list[str], int]]:
+    def _step(
+        self, session_id: str, change: LogWrite, reply: list[Any]
+    ) -> Union[Head, tuple[list[str], int]]:
         """The new head of a write that went through, or the arguments of the script that moves an
         old-layout session in with ``change`` applied; raises the ``ConflictError`` of a lost write."""
         kind = _text(reply[0])
@@ -641,7 +653,9 @@ class RedisStore:
             if isinstance(step, Head):
                 return step
             args = step[0]
-        raise ConflictError(f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries")
+        raise ConflictError(
+            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
+        )
 
     def delete(self, session_id: str) -> bool:
         """Remove the session (every key of it); ``True`` if a live one was there."""
@@ -702,7 +716,9 @@ class RedisStore:
             if isinstance(step, Head):
                 return step
             args = step[0]
-        raise ConflictError(f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries")
+        raise ConflictError(
+            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
+        )
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
