@@ -1,10 +1,13 @@
 """Sessions in Redis or Redis Cluster: :class:`RedisStore` (extra ``redis``, redis-py 5 or later).
 
-Each session is one hash at ``<prefix>{<encoded session id>}:state`` holding ``state``,
-``revision`` and the token of the save that wrote it; a ``ttl`` is Redis's own key expiry.
-The compare-and-set save is one Lua script, so it is atomic on the server. The braces are
-a Redis Cluster hash tag: every key of one session (today the head, later its message log
-at ``...:log``) lives in one hash slot, so each script stays legal in a cluster.
+A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`).
+Each session is a hash at ``<prefix>{<encoded session id>}:head`` (incarnation, revision,
+summary, tail, counter identity) and a list at ``<prefix>{<encoded session id>}:log`` of
+entries (sequence number, cost and message JSON, tab-separated), oldest first; a ``ttl`` is
+Redis's own key expiry on both. A load is one Lua script, a write another, so each is one atomic round trip on the
+server. The braces are a Redis Cluster hash tag: every key of one session lives in one hash
+slot, so each script stays legal in a cluster. Sessions saved by earlier releases (one JSON
+state in a hash) are read until their next write moves them, in that write's script.
 """
 
 from __future__ import annotations
@@ -298,28 +301,42 @@ class RedisStore:
     The asyncio client a store makes belongs to the event loop that first used it: ``await
     store.aclose()`` there before using the store from another loop.
 
-    Each session is a hash at ``<prefix>{<id>}:state``, where ``<id>`` is the session id with
-    ``%``, ``{`` and ``}`` percent-encoded (``%25``, ``%7B``, ``%7D``). The braces are a Redis
-    Cluster hash tag: all keys of a session share one slot, so each save stays one atomic
-    script on one node, in a cluster too; ``ids`` scans every primary. The tag cannot hold a
-    brace, so no key of one prefix is a key of another (``prefix="app:"`` never sees the
-    sessions of ``prefix="app:tenant2:"``). A prefix must not contain the empty tag ``{}``
-    (it would hash each key whole, spreading a session over slots); other braces in it are
-    allowed, and a tag in the prefix puts all its sessions in one slot.
+    A log store (see :class:`~rollmem.stores.LogStore`): each session is a hash at
+    ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity) and a list
+    at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message JSON,
+    tab-separated), where ``<id>`` is the session id with ``%``, ``{`` and ``}`` percent-encoded (``%25``, ``%7B``, ``%7D``).
+    ``load`` is one script (with ``since``, only the entries appended after that head when its
+    incarnation and revision are still live); ``write`` is one atomic script: an append checks
+    the incarnation and counter and pushes its entries (no compare-and-set on the revision), a
+    fold compares the revision (and the tail when asked), removes the folded entries except
+    ``keep``, appends and sets the summary, a rewrite replaces every entry. The braces are a
+    Redis Cluster hash tag: all keys of a session share one slot, so each script runs on one
+    node, in a cluster too; ``ids`` scans every primary. The tag cannot hold a brace, so no key
+    of one prefix is a key of another (``prefix="app:"`` never sees the sessions of
+    ``prefix="app:tenant2:"``). A prefix must not contain the empty tag ``{}`` (it would hash
+    each key whole, spreading a session over slots); other braces in it are allowed, and a tag
+    in the prefix puts all its sessions in one slot.
 
-    Sessions saved under the earlier key layout, whose hash sat at ``prefix + session id``, still load:
+    Sessions saved by earlier releases still load while their head is absent: the whole-state
+    hash at ``<prefix>{<id>}:state`` (a ``state`` JSON and a ``revision``; the log kept inside
+    it by :class:`~rollmem.stores.WholeStateLog`, incarnation and costs included, is kept) and,
     with a ``redis.Redis`` (not a cluster: that layout could not be written to one) and
-    ``legacy_keys=True`` (the default) a session missing from the new layout is read from its
-    old key, and its next save moves it, deleting the old key in the same atomic script;
-    ``delete`` removes both, ``ids`` lists both. An old key is as ambiguous as it was before
-    (``app:tenant2:x`` is session ``tenant2:x`` of ``app:`` too) until that first save, and
-    old-layout writers must be stopped before new ones start; pass ``legacy_keys=False`` once
-    your sessions are saved under the new names to ignore old keys. Old keys whose names end
-    like a new key (``{...}:state``) are never read as old sessions.
+    ``legacy_keys=True`` (the default), the hash at ``prefix + session id`` of the earliest
+    layout. The session's next write moves it to the head and log keys and deletes the old key
+    in the same atomic script (compared against the old revision it read, so a concurrent
+    old-layout writer is never overwritten); ``delete`` removes every key, ``ids`` lists all
+    layouts. An earliest-layout key is as ambiguous as it was before (``app:tenant2:x`` is
+    session ``tenant2:x`` of ``app:`` too) until that first write, and old-layout writers must
+    be stopped before new ones start; pass ``legacy_keys=False`` once your sessions are saved
+    under the new names to ignore those keys. Old keys whose names end like a tagged key
+    (``{...}:head``) are never read as old sessions.
 
-    ``ttl`` is native key expiry, so :meth:`purge_expired` has nothing to do. A save is one
-    atomic server-side script that compares the revision and writes: a failover or a
-    resharding during a save makes it fail with an error or succeed, never half-write.
+    ``ttl`` is native key expiry (``PEXPIRE`` on every key of the session), so
+    :meth:`purge_expired` has nothing to do. A write is one atomic server-side script: a
+    failover or a resharding during a write makes it fail with an error or succeed, never
+    half-write; a write the driver resends after a lost reply finds its own token in the head
+    and is not applied twice (unless another write came in between). Stored text that is not UTF-8 raises
+    :class:`~rollmem.errors.InvalidStateError` naming the session.
     Driver errors (connection refused, timeouts, cluster down, server errors) raise
     :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception.
     """
@@ -568,8 +585,8 @@ class RedisStore:
         if kind == "n":
             return None
         if kind == "s":
-            head, entries, _, _ = self._old(session_id, reply)
-            return StoredLog(head, tuple(entries))
+            old_head, old_entries, _, _ = self._old(session_id, reply)
+            return StoredLog(old_head, tuple(old_entries))
         head = self._head(session_id, reply[1:7])
         entries = tuple(self._entry(session_id, raw) for raw in reply[8:])
         return StoredLog(head, entries, bool(int(reply[7])))
