@@ -4,8 +4,8 @@ A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.Async
 Each session is a hash at ``<prefix>{<encoded session id>}:head`` (incarnation, revision,
 summary, tail, counter identity) and a list at ``<prefix>{<encoded session id>}:log`` of
 entries (sequence number, cost and message JSON, tab-separated), oldest first; a ``ttl`` is
-Redis's own key expiry on both. A load is one Lua script, a write another, so each is one atomic round trip on the
-server. The braces are a Redis Cluster hash tag: every key of one session lives in one hash
+Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
+atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one session lives in one hash
 slot, so each script stays legal in a cluster. Sessions saved by earlier releases (one JSON
 state in a hash) are read until their next write moves them, in that write's script.
 """
@@ -304,7 +304,8 @@ class RedisStore:
     A log store (see :class:`~rollmem.stores.LogStore`): each session is a hash at
     ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity) and a list
     at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message JSON,
-    tab-separated), where ``<id>`` is the session id with ``%``, ``{`` and ``}`` percent-encoded (``%25``, ``%7B``, ``%7D``).
+    tab-separated), where ``<id>`` is the session id with ``%``, ``{`` and ``}``
+    percent-encoded (``%25``, ``%7B``, ``%7D``).
     ``load`` is one script (with ``since``, only the entries appended after that head when its
     incarnation and revision are still live); ``write`` is one atomic script: an append checks
     the incarnation and counter and pushes its entries (no compare-and-set on the revision), a
