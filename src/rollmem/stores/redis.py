@@ -5,9 +5,10 @@ Each session is a hash at ``<prefix>{<encoded session id>}:head`` (incarnation, 
 summary, tail, counter identity) and a list at ``<prefix>{<encoded session id>}:log`` of
 entries (sequence number, cost and message JSON, tab-separated), oldest first; a ``ttl`` is
 Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
-atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one session lives in one hash
-slot, so each script stays legal in a cluster. Sessions saved by earlier releases (one JSON
-state in a hash) are read until their next write moves them, in that write's script.
+atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one
+session lives in one hash slot, so each script stays legal in a cluster. Sessions saved by
+earlier releases (one JSON state in a hash) are read until their next write moves them, in
+that write's script.
 """
 
 from __future__ import annotations
