@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import multiprocessing
 import re
 import threading
 import time
@@ -12,13 +14,10 @@ from typing import Any, Optional
 
 import pytest
 
-from rollmem.errors import ConflictError, StoreUnavailableError
-from rollmem.stores import StoredSession
+from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
+from rollmem.stores import AsyncLogStore, Head, LogEntry, LogStore, LogWrite
 
-from .contract import (
-    AsyncStoreContract,
-    StoreContract,
-)
+from .contract import AsyncLogStoreContract, LogStoreContract, append, create, texts
 from .servers import (
     ServerStoreChecks,
     close_redis,
@@ -59,6 +58,130 @@ def client(url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
+def _put(store: RedisStore, session_id: str, *contents: str, ttl: Optional[float] = None) -> Head:
+    """Create the session holding ``contents`` (a test shortcut)."""
+    return store.write(session_id, create(*contents, ttl=ttl))
+
+
+def _append_worker(
+    make_store: Callable[[], RedisStore], session_id: str, name: str, count: int, start: Any
+) -> None:
+    store = make_store()
+    try:
+        start.wait()
+        for number in range(count):
+            stored = store.load(session_id)
+            assert stored is not None
+            store.write(session_id, append(stored.head, f"{name}-{number}"))
+    finally:
+        store.close()
+
+
+class _LogServerChecks(ServerStoreChecks):
+    """The server checks through the log protocol (the shared ones speak the whole-state one)."""
+
+    def test_implements_both_protocols(self) -> None:
+        store = self.store_factory()()
+        assert isinstance(store, LogStore)
+        assert isinstance(store, AsyncLogStore)
+
+    def test_processes_never_lose_an_update(self) -> None:
+        make_store = self.store_factory()
+        store = make_store()
+        try:
+            _put(store, "race")
+            context = multiprocessing.get_context("spawn")
+            start = context.Barrier(6)
+            workers = [
+                context.Process(target=_append_worker, args=(make_store, "race", f"p{i}", 20, start))
+                for i in range(6)
+            ]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join(timeout=120)
+                assert worker.exitcode == 0
+            stored = store.load("race")
+            assert stored is not None
+            assert stored.head.tail == 120
+            assert sorted(texts(stored)) == sorted(f"p{i}-{n}" for i in range(6) for n in range(20))
+            assert [e.seq for e in stored.entries] == list(range(120))
+        finally:
+            store.close()
+
+    def test_close_then_reuse(self) -> None:
+        store = self.store_factory()()
+        _put(store, "s", "x")
+        store.close()
+        store.close()
+        assert texts(store.load("s")) == ["x"], "a closed store reconnects on next use"
+        store.close()
+
+    def test_async_side_belongs_to_one_event_loop(self) -> None:
+        store = self.store_factory()()
+
+        async def load() -> Any:
+            try:
+                return await store.aload("s")
+            finally:
+                await store.aclose()
+
+        first = asyncio.new_event_loop()
+        try:
+            first.run_until_complete(store.awrite("s", create("x")))
+            with pytest.raises(RuntimeError, match="belongs to another event loop"):
+                asyncio.run(store.aload("s"))
+            first.run_until_complete(store.aclose())
+        finally:
+            first.close()
+        assert texts(asyncio.run(load())) == ["x"], "after aclose a new loop gets a new connection"
+
+    def test_server_down_raises_unavailable_then_work_resumes(self) -> None:
+        script, cause = type(self).control(), type(self).driver_error()
+        store = self.outage_store()
+        try:
+            head = _put(store, "s", "one")
+            store.write("s", append(head, "two"))
+            with stopped(script):
+                calls = {
+                    "write": ("s", append(head, "lost")),
+                    "load": ("s",),
+                    "delete": ("s",),
+                    "listing": (),
+                }
+                for action, args in calls.items():
+                    method = getattr(store, "ids" if action == "listing" else action)
+                    with pytest.raises(StoreUnavailableError, match=f" {action} .*failed") as caught:
+                        method(*args)
+                    assert isinstance(caught.value.__cause__, cause)
+            assert texts(store.load("s")) == ["one", "two"], "nothing was written while the server was down"
+            store.write("s", append(head, "three"))
+            assert texts(store.load("s")) == ["one", "two", "three"]
+        finally:
+            store.close()
+
+    def test_server_down_raises_unavailable_then_work_resumes_async(self) -> None:
+        script, cause = type(self).control(), type(self).driver_error()
+        store = self.outage_store()
+
+        async def main() -> None:
+            try:
+                head = await store.awrite("s", create("one"))
+                with stopped(script):
+                    with pytest.raises(StoreUnavailableError, match="write of session 's' failed") as caught:
+                        await store.awrite("s", append(head, "lost"))
+                    assert isinstance(caught.value.__cause__, cause)
+                    with pytest.raises(StoreUnavailableError, match="listing failed"):
+                        await store.aids()
+                assert texts(await store.aload("s")) == ["one"]
+                await store.awrite("s", append(head, "two"))
+                assert texts(await store.aload("s")) == ["one", "two"]
+            finally:
+                await store.aclose()
+
+        asyncio.run(main())
+
+
 class _Isolated:
     """Each contract test gets its own key prefix, whose keys are deleted afterwards."""
 
@@ -75,11 +198,11 @@ class _Isolated:
         return self.store_factory()()
 
 
-class TestRedisStore(_Isolated, StoreContract):
+class TestRedisStore(_Isolated, LogStoreContract):
     pass
 
 
-class TestRedisStoreServer(_Isolated, ServerStoreChecks):
+class TestRedisStoreServer(_Isolated, _LogServerChecks):
     store_name = "RedisStore"
     extra = "redis"
     driver_modules = ("redis",)
@@ -88,7 +211,7 @@ class TestRedisStoreServer(_Isolated, ServerStoreChecks):
     driver_error = staticmethod(lambda: redis.exceptions.ConnectionError)
 
 
-class TestRedisStoreAsync(_Isolated, AsyncStoreContract):
+class TestRedisStoreAsync(_Isolated, AsyncLogStoreContract):
     pass
 
 
@@ -110,15 +233,15 @@ class _ClusterIsolated:
         return self.store_factory()()
 
 
-class TestRedisClusterStore(_ClusterIsolated, StoreContract):
+class TestRedisClusterStore(_ClusterIsolated, LogStoreContract):
     pass
 
 
-class TestRedisClusterStoreAsync(_ClusterIsolated, AsyncStoreContract):
+class TestRedisClusterStoreAsync(_ClusterIsolated, AsyncLogStoreContract):
     pass
 
 
-class TestRedisClusterStoreServer(_ClusterIsolated, ServerStoreChecks):
+class TestRedisClusterStoreServer(_ClusterIsolated, _LogServerChecks):
     """The whole cluster stopped mid-run; one node stopped: see test_cluster_primary_stopped_*."""
 
     store_name = "RedisStore"
@@ -129,7 +252,7 @@ class TestRedisClusterStoreServer(_ClusterIsolated, ServerStoreChecks):
     driver_error = staticmethod(lambda: redis.exceptions.RedisClusterException)
 
 
-class TestRedisClusterStoreGivenClient(_ClusterIsolated, StoreContract):
+class TestRedisClusterStoreGivenClient(_ClusterIsolated, LogStoreContract):
     """A RedisCluster of the caller's, made from the list of nodes, answering str."""
 
     @pytest.fixture(autouse=True)
@@ -143,7 +266,7 @@ class TestRedisClusterStoreGivenClient(_ClusterIsolated, StoreContract):
         return RedisStore(self.client, prefix=self.prefix)
 
 
-class TestRedisStoreGivenDecodingClient(_Isolated, StoreContract):
+class TestRedisStoreGivenDecodingClient(_Isolated, LogStoreContract):
     """A client of the caller's, answering str instead of bytes."""
 
     @pytest.fixture(autouse=True)
@@ -156,25 +279,28 @@ class TestRedisStoreGivenDecodingClient(_Isolated, StoreContract):
         return RedisStore(self.client, prefix=self.prefix)
 
 
-def test_layout_is_one_tagged_hash_per_session(url: str, prefix: str, client: redis.Redis) -> None:
+def test_layout_is_a_tagged_head_and_log_per_session(url: str, prefix: str, client: redis.Redis) -> None:
     store = RedisStore(url, prefix=prefix)
     try:
-        store.save("alice", "state-1", 0)
-        store.save("alice", "state-2", 1)
-        store.save("50% {odd}", "x", 0)
+        head = _put(store, "alice", "a")
+        store.write("alice", append(head, "b"))
+        _put(store, "50% {odd}", "x")
     finally:
         store.close()
-    key = f"{prefix}{{alice}}:state"
+    key, log = f"{prefix}{{alice}}:head", f"{prefix}{{alice}}:log"
     assert client.type(key) == b"hash"
-    assert client.hmget(key, ["state", "revision"]) == [b"state-2", b"2"]
-    odd = f"{prefix}{{50%25 %7Bodd%7D}}:state"
-    assert sorted(client.keys(prefix.replace("*", "\\*") + "*")) == sorted([key.encode(), odd.encode()])
-    # The head and the future message log of a session share one hash slot.
-    assert redis.crc.key_slot(key.encode()) == redis.crc.key_slot(f"{prefix}{{alice}}:log".encode())
-    assert redis.crc.key_slot(key.encode()) == redis.crc.key_slot(b"{alice}")
+    assert client.type(log) == b"list"
+    assert client.hmget(key, ["revision", "tail", "summary", "counter"]) == [b"1", b"2", b"", b"c"]
+    assert [item.split(b"\t", 2)[:2] for item in client.lrange(log, 0, -1)] == [[b"0", b"1"], [b"1", b"1"]]
+    odd = f"{prefix}{{50%25 %7Bodd%7D}}"
+    expected = [key, log, odd + ":head", odd + ":log"]
+    assert sorted(client.keys(prefix.replace("*", "\\*") + "*")) == sorted(k.encode() for k in expected)
+    assert (
+        redis.crc.key_slot(key.encode()) == redis.crc.key_slot(log.encode()) == redis.crc.key_slot(b"{alice}")
+    )
 
 
-ODD_IDS_FOR_TAGS = ["x", "{y}", "%7B", "a}b", "{", "}", "}:state", "%", "x}:state", ":state"]
+ODD_IDS_FOR_TAGS = ["x", "{y}", "%7B", "a}b", "{", "}", "}:state", "%", "x}:head", ":head"]
 
 
 @pytest.mark.parametrize(
@@ -193,11 +319,12 @@ def test_no_prefix_reaches_the_sessions_of_another(url: str, prefix: str, first:
         store, other = RedisStore(url, prefix=prefix + mine), RedisStore(url, prefix=prefix + theirs)
         try:
             for session_id in ODD_IDS_FOR_TAGS:
-                other.save(session_id, "theirs", 0)
+                _put(other, session_id, "theirs")
             assert store.ids() == []
             tail = theirs[len(mine) :] if theirs.startswith(mine) else ""
             for session_id in ODD_IDS_FOR_TAGS:
-                for guess in {tail + session_id, f"{tail}{{{session_id}}}:state", session_id}:
+                guesses = {tail + session_id, f"{tail}{{{session_id}}}:head", f"{tail}{{{session_id}}}:log"}
+                for guess in guesses | {session_id}:
                     assert store.load(guess) is None, guess
                     assert store.delete(guess) is False, guess
             assert other.ids() == sorted(ODD_IDS_FOR_TAGS)
@@ -213,7 +340,7 @@ def test_ids_by_prefix_with_encoded_characters(url: str, prefix: str) -> None:
     try:
         names = ["{a", "{a}", "%7Ba", "%", "%2", "}", "a"]
         for session_id in names:
-            store.save(session_id, "x", 0)
+            _put(store, session_id, "x")
         for start in ["{", "{a", "%", "%7", "}", "a", ""]:
             assert store.ids(start) == sorted(n for n in names if n.startswith(start)), start
     finally:
@@ -221,39 +348,89 @@ def test_ids_by_prefix_with_encoded_characters(url: str, prefix: str) -> None:
 
 
 def _save_as_0_1(client: redis.Redis, key: str, state: str, revision: int) -> None:
-    """What the earlier layout wrote: one hash at prefix + session id."""
+    """What the earlier layouts wrote: one hash holding the JSON state (at prefix + session id
+    in 0.1, at ``<prefix>{<id>}:state`` after it)."""
     client.hset(key, mapping={"state": state, "revision": revision, "writer": "0.1-writer"})
 
 
-def test_sessions_of_0_1_load_and_move_on_their_next_save(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0_1(client, f"{prefix}old", "from 0.1", 3)
-    _save_as_0_1(client, f"{prefix}gone", "from 0.1", 1)
-    client.pexpire(f"{prefix}old", 60_000)
+def _state(*contents: str, summary: str = "S") -> str:
+    buffer = [{"role": "user", "content": c} for c in contents]
+    return json.dumps({"version": 2, "summary": summary, "buffer": buffer})
+
+
+@pytest.mark.parametrize("layout", ["0.1", "state"])
+def test_old_sessions_load_and_move_on_their_next_write(
+    url: str, prefix: str, client: redis.Redis, layout: str
+) -> None:
+    def old_key(session_id: str) -> str:
+        return f"{prefix}{session_id}" if layout == "0.1" else f"{prefix}{{{session_id}}}:state"
+
+    _save_as_0_1(client, old_key("old"), _state("a", "b"), 3)
+    _save_as_0_1(client, old_key("gone"), _state("x"), 1)
+    client.pexpire(old_key("old"), 60_000)
     store = RedisStore(url, prefix=prefix)
     try:
-        assert store.load("old") == StoredSession("from 0.1", 3)
+        loaded = store.load("old")
+        assert loaded is not None
+        assert texts(loaded) == ["a", "b"]
+        assert (loaded.head.summary, loaded.head.tail, loaded.head.counter) == ("S", 2, None)
+        assert [e.cost for e in loaded.entries] == [-1, -1]
         assert store.ids() == ["gone", "old"]
-        with pytest.raises(ConflictError, match="at revision 3"):
-            store.save("old", "stale", 2)
-        with pytest.raises(ConflictError, match="at revision 3"):
-            store.save("old", "as new", 0)
-        assert client.exists(f"{prefix}old") == 1, "a lost save moves nothing"
-        assert store.save("old", "moved", 3, 30) == 4
-        assert client.exists(f"{prefix}old") == 0, "the old key went in the same script"
-        assert client.hmget(f"{prefix}{{old}}:state", ["state", "revision"]) == [b"moved", b"4"]
-        assert 0 < client.pttl(f"{prefix}{{old}}:state") <= 30_000
-        assert store.load("old") == StoredSession("moved", 4)
+        with pytest.raises(ConflictError, match="created as a new session but another writer"):
+            store.write("old", create("new"))
+        with pytest.raises(ConflictError, match="deleted, expired or recreated"):
+            store.write("old", LogWrite("other", counter=None))
+        assert client.exists(old_key("old")) == 1, "a lost write moves nothing"
+        head = store.write("old", LogWrite(loaded.head.incarnation, (LogEntry('"c"', 5),), ttl=30))
+        assert (head.incarnation, head.revision, head.tail) == (loaded.head.incarnation, 1, 3)
+        assert client.exists(old_key("old")) == 0, "the old key went in the same script"
+        assert 0 < client.pttl(f"{prefix}{{old}}:head") <= 30_000
+        assert 0 < client.pttl(f"{prefix}{{old}}:log") <= 30_000
+        moved = store.load("old")
+        assert moved is not None
+        assert moved.head == head
+        assert [(e.seq, e.cost) for e in moved.entries] == [(0, -1), (1, -1), (2, 5)]
         assert store.delete("gone") is True
-        assert client.exists(f"{prefix}gone") == 0
+        assert client.exists(old_key("gone")) == 0
         assert store.ids() == ["old"]
-        assert asyncio.run(_aload_then_close(RedisStore(url, prefix=prefix), "old")) == StoredSession(
-            "moved", 4
-        )
+        stored = asyncio.run(_aload_then_close(RedisStore(url, prefix=prefix), "old"))
+        assert stored is not None
+        assert stored.head == head
     finally:
         store.close()
 
 
-async def _aload_then_close(store: RedisStore, session_id: str) -> Optional[StoredSession]:
+def test_a_state_of_the_whole_state_adapter_keeps_its_log(url: str, prefix: str, client: redis.Redis) -> None:
+    """What Sessions wrote through the whole-state adapter (today's RedisStore) moves with its
+    incarnation, revision, sequence numbers and costs."""
+    state = _whole_state()
+    _save_as_0_1(client, f"{prefix}{{s}}:state", state, 9)
+    store = RedisStore(url, prefix=prefix)
+    try:
+        loaded = store.load("s")
+        assert loaded is not None
+        assert (loaded.head.incarnation, loaded.head.revision, loaded.head.tail) == ("inc", 4, 7)
+        assert [(e.seq, e.cost) for e in loaded.entries] == [(5, 2), (6, 3)]
+        fold = LogWrite("inc", expected_revision=4, summary="T", cut=6, counter="words")
+        head = store.write("s", fold)
+        assert (head.revision, head.summary, head.tail) == (5, "T", 7)
+        assert [(e.seq, e.cost) for e in store.load("s").entries] == [(6, 3)]  # type: ignore[union-attr]
+        assert client.exists(f"{prefix}{{s}}:state") == 0
+    finally:
+        store.close()
+
+
+def _whole_state() -> str:
+    from rollmem.stores._whole import encode
+
+    entries = [
+        LogEntry('{"role":"user","content":"a"}', 2, 5),
+        LogEntry('{"role":"user","content":"b"}', 3, 6),
+    ]
+    return encode(Head("inc", 4, "S", 7, "words"), entries)
+
+
+async def _aload_then_close(store: RedisStore, session_id: str) -> Any:
     try:
         return await store.aload(session_id)
     finally:
@@ -263,56 +440,96 @@ async def _aload_then_close(store: RedisStore, session_id: str) -> Optional[Stor
 def test_a_session_in_both_layouts_reads_the_new_one(url: str, prefix: str, client: redis.Redis) -> None:
     store = RedisStore(url, prefix=prefix)
     try:
-        store.save("s", "new", 0)
-        _save_as_0_1(client, f"{prefix}s", "old", 7)
-        assert store.load("s") == StoredSession("new", 1)
+        head = _put(store, "s", "new")
+        _save_as_0_1(client, f"{prefix}s", _state("old"), 7)
+        assert texts(store.load("s")) == ["new"]
         assert store.ids() == ["s"]
-        assert store.save("s", "newer", 1) == 2
-        assert client.exists(f"{prefix}s") == 0, "a save removes a leftover old key"
-        _save_as_0_1(client, f"{prefix}s", "old", 7)
+        store.write("s", append(head, "newer"))
+        assert client.exists(f"{prefix}s") == 0, "a write removes a leftover old key"
+        _save_as_0_1(client, f"{prefix}s", _state("old"), 7)
         assert store.delete("s") is True
-        assert client.exists(f"{prefix}s", f"{prefix}{{s}}:state") == 0
+        assert client.exists(f"{prefix}s", f"{prefix}{{s}}:head", f"{prefix}{{s}}:log") == 0
     finally:
         store.close()
 
 
 def test_legacy_keys_false_ignores_0_1_keys(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0_1(client, f"{prefix}old", "from 0.1", 3)
+    _save_as_0_1(client, f"{prefix}old", _state("x"), 3)
     store = RedisStore(url, prefix=prefix, legacy_keys=False)
     try:
         assert store.load("old") is None
         assert store.ids() == []
-        assert store.save("old", "fresh", 0) == 1
+        _put(store, "old", "fresh")
         assert store.delete("old") is True
-        assert client.hget(f"{prefix}old", "state") == b"from 0.1", "left alone"
+        assert client.hget(f"{prefix}old", "revision") == b"3", "left alone"
     finally:
         store.close()
 
 
 def test_a_0_1_name_that_looks_tagged_is_never_read(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0_1(client, f"{prefix}t2:{{x}}:state", "someone else's", 1)
+    _save_as_0_1(client, f"{prefix}t2:{{x}}:head", _state("x"), 1)
     store = RedisStore(url, prefix=prefix)
     try:
-        assert store.load("t2:{x}:state") is None
+        assert store.load("t2:{x}:head") is None
         assert store.ids() == []
     finally:
         store.close()
 
 
-def test_ttl_is_native_expiry_set_and_cleared(url: str, prefix: str, client: redis.Redis) -> None:
+def test_malformed_old_state_names_the_session(url: str, prefix: str, client: redis.Redis) -> None:
+    client.hset(f"{prefix}{{bad}}:state", mapping={"state": "not json", "revision": 1})
+    client.hset(f"{prefix}{{bin}}:state", mapping={"state": b"\xff\xfe", "revision": 1})
     store = RedisStore(url, prefix=prefix)
-    key = f"{prefix}{{s}}:state"
     try:
-        store.save("s", "x", 0, 30)
-        assert 29_000 < client.pttl(key) <= 30_000
-        store.save("s", "x", 1, 0.5)
-        assert 0 < client.pttl(key) <= 500
-        store.save("s", "x", 2)
-        assert client.pttl(key) == -1, "a save without ttl makes the session permanent"
-        store.save("t", "x", 0, 1e300)
-        assert client.pttl(f"{prefix}{{t}}:state") > 300 * 365 * 86_400_000, (
+        for call in (lambda: store.load("bad"), lambda: store.write("bad", LogWrite("legacy"))):
+            with pytest.raises(InvalidStateError, match="session 'bad': stored state cannot be read"):
+                call()
+        with pytest.raises(InvalidStateError, match="session 'bin': stored state is not valid UTF-8"):
+            store.load("bin")
+        assert client.exists(f"{prefix}{{bad}}:state") == 1
+    finally:
+        store.close()
+
+
+def test_ttl_is_native_expiry_on_every_key_set_and_cleared(
+    url: str, prefix: str, client: redis.Redis
+) -> None:
+    store = RedisStore(url, prefix=prefix)
+    keys = [f"{prefix}{{s}}:head", f"{prefix}{{s}}:log"]
+    try:
+        head = _put(store, "s", "x", ttl=30)
+        assert all(29_000 < client.pttl(key) <= 30_000 for key in keys)
+        store.write("s", append(head, "y", ttl=0.5))
+        assert all(0 < client.pttl(key) <= 500 for key in keys)
+        store.write("s", append(head, "z"))
+        assert [client.pttl(key) for key in keys] == [-1, -1], "a write without ttl makes it permanent"
+        _put(store, "t", "x", ttl=1e300)
+        assert client.pttl(f"{prefix}{{t}}:head") > 300 * 365 * 86_400_000, (
             "a huge ttl means practically never"
         )
+    finally:
+        store.close()
+
+
+def test_load_since_returns_only_the_new_entries(url: str, prefix: str) -> None:
+    store = RedisStore(url, prefix=prefix)
+    try:
+        head = _put(store, "s", "a", "b")
+        store.write("s", append(head, "c"))
+        delta = store.load("s", since=head)
+        assert delta is not None
+        assert delta.delta
+        assert texts(delta) == ["c"]
+        assert [e.seq for e in delta.entries] == [2]
+        same = store.load("s", since=delta.head)
+        assert same is not None
+        assert same.delta
+        assert same.entries == ()
+        store.write("s", LogWrite(head.incarnation, expected_revision=1, cut=1, summary="A", counter="c"))
+        full = store.load("s", since=delta.head)
+        assert full is not None
+        assert not full.delta
+        assert texts(full) == ["b", "c"]
     finally:
         store.close()
 
@@ -322,12 +539,12 @@ def test_prefixes_keep_stores_apart_and_glob_characters_are_literal(url: str, pr
     other = prefix + "aX[b]?\\:"
     store, neighbour = RedisStore(url, prefix=tricky), RedisStore(url, prefix=other)
     try:
-        store.save("s", "mine", 0)
-        neighbour.save("s", "theirs", 0)
-        neighbour.save("t", "theirs", 0)
+        _put(store, "s", "mine")
+        _put(neighbour, "s", "theirs")
+        _put(neighbour, "t", "theirs")
         assert store.ids() == ["s"]
         assert neighbour.ids() == ["s", "t"]
-        assert store.load("s") == StoredSession("mine", 1)
+        assert texts(store.load("s")) == ["mine"]
         assert store.load("t") is None
         assert store.prefix == tricky
     finally:
@@ -339,8 +556,8 @@ def test_default_prefix(url: str, client: redis.Redis) -> None:
     session_id = unique_name("default-prefix")
     store = RedisStore(url)
     try:
-        store.save(session_id, "x", 0)
-        assert client.hget(f"rollmem:{{{session_id}}}:state", "state") == b"x"
+        _put(store, session_id, "x")
+        assert client.hget(f"rollmem:{{{session_id}}}:head", "tail") == b"1"
         assert store.delete(session_id) is True
     finally:
         store.close()
@@ -365,7 +582,7 @@ def test_bad_prefix(url: str, prefix: Any, error: type[Exception], message: str)
 def test_prefixes_with_other_braces_work(url: str, prefix: str) -> None:
     store = RedisStore(url, prefix=unique_name("rollmem-test") + prefix)
     try:
-        store.save("s", "x", 0)
+        _put(store, "s", "x")
         assert store.ids() == ["s"]
         assert store.delete("s") is True
     finally:
@@ -389,17 +606,17 @@ def test_bad_url_or_client() -> None:
         RedisStore(6379)  # type: ignore[arg-type]
 
 
-def test_a_save_resent_by_a_client_retry_succeeds_once(url: str, prefix: str, client: redis.Redis) -> None:
-    """redis-py retries a command whose reply was lost; the script must not call that a conflict."""
+def test_a_write_resent_by_a_client_retry_succeeds_once(url: str, prefix: str) -> None:
+    """redis-py retries a command whose reply was lost; the script must not apply it twice."""
     store = RedisStore(url, prefix=prefix)
     try:
-        resent = store._save_call("s", "mine", 0, None)
-        _, script = store._sync_client()
-        assert list(script(**resent)) == [1, 1]
-        assert list(script(**resent)) == [1, 1], "the same save, sent again, is still a success"
-        assert store.load("s") == StoredSession("mine", 1)
-        with pytest.raises(ConflictError, match="at revision 1"):
-            store.save("s", "other writer", 0)
+        head = _put(store, "s", "a")
+        _client, scripts = store._sync_client()
+        keys, args = store._keys("s"), store._write_args(append(head, "b"), "token-1")
+        first, again = scripts[1](keys=keys, args=args), scripts[1](keys=keys, args=args)
+        assert first == again
+        assert first[0] == b"ok"
+        assert texts(store.load("s")) == ["a", "b"], "the same write, sent again, is applied once"
     finally:
         store.close()
 
@@ -409,35 +626,44 @@ def test_malformed_entries_raise_and_leave_others_readable(
 ) -> None:
     store = RedisStore(url, prefix=prefix)
     try:
-        store.save("good", "x", 0)
-        client.hset(f"{prefix}{{bad}}:state", mapping={"state": "x", "revision": "many"})
-        client.set(f"{prefix}{{string}}:state", "not a hash")
+        head = _put(store, "good", "x")
+        client.hset(f"{prefix}{{bad}}:head", mapping={"incarnation": "i", "revision": "many", "tail": "0"})
+        client.set(f"{prefix}{{string}}:head", "not a hash")
+        client.hset(f"{prefix}{{entry}}:head", mapping={"incarnation": "i", "revision": "1", "tail": "1"})
+        client.rpush(f"{prefix}{{entry}}:log", "no tabs here")
+        client.hset(f"{prefix}{{bin}}:head", mapping={"incarnation": "i", "revision": "1", "tail": "1"})
+        client.rpush(f"{prefix}{{bin}}:log", b"0\t1\t\xff")
         with pytest.raises(StoreUnavailableError, match="malformed entry for session 'bad'"):
             store.load("bad")
-        with pytest.raises(StoreUnavailableError, match="save of session 'bad' failed: rollmem: the rev"):
-            store.save("bad", "y", 0)
+        with pytest.raises(StoreUnavailableError, match="write of session 'bad' failed: rollmem: the rev"):
+            store.write("bad", LogWrite("i", counter=None))
         with pytest.raises(StoreUnavailableError, match=r"load of session 'string' failed: .*WRONGTYPE"):
             store.load("string")
-        assert store.load("good") == StoredSession("x", 1)
+        with pytest.raises(StoreUnavailableError, match="malformed entry for session 'entry'"):
+            store.load("entry")
+        with pytest.raises(InvalidStateError, match="session 'bin': stored message is not valid UTF-8"):
+            store.load("bin")
+        store.write("good", append(head, "y"))
+        assert texts(store.load("good")) == ["x", "y"]
     finally:
         store.close()
 
 
 def test_given_clients_serve_one_side_and_stay_open(url: str, prefix: str, client: redis.Redis) -> None:
     store = RedisStore(client, prefix=prefix)
-    store.save("s", "x", 0)
+    head = _put(store, "s", "x")
     connection_id = client.client_id()
     store.close()
     assert client.client_id() == connection_id, "close() left the caller's connection alone"
-    with pytest.raises(TypeError, match="given a blocking redis client: use load, save"):
+    with pytest.raises(TypeError, match="given a blocking redis client: use load, write"):
         asyncio.run(store.aload("s"))
 
     async def main() -> None:
         given = redis_asyncio.Redis.from_url(url)
         try:
             async_store = RedisStore(given, prefix=prefix)
-            assert await async_store.aload("s") == StoredSession("x", 1)
-            assert await async_store.asave("s", "y", 1) == 2
+            assert texts(await async_store.aload("s")) == ["x"]
+            await async_store.awrite("s", append(head, "y"))
             before = await given.client_id()
             await async_store.aclose()
             assert await given.client_id() == before
@@ -447,6 +673,7 @@ def test_given_clients_serve_one_side_and_stay_open(url: str, prefix: str, clien
             await given.aclose()
 
     asyncio.run(main())
+    assert texts(store.load("s")) == ["x", "y"]
 
 
 # -- Redis Cluster -------------------------------------------------------------------------------
@@ -466,10 +693,11 @@ def test_cluster_keys_of_a_session_share_a_slot_and_sessions_spread(cluster_pref
     try:
         nodes = set()
         for index in range(30):
-            store.save(f"s{index}", "x", 0)
-            key = store._key(f"s{index}")
-            assert client.keyslot(key) == client.keyslot(key.replace(":state", ":log"))
-            nodes.add(client.get_node_from_key(key).name)
+            _put(store, f"s{index}", "x")
+            keys = store._keys(f"s{index}")
+            assert len(keys) == 3
+            assert len({client.keyslot(key) for key in keys}) == 1
+            nodes.add(client.get_node_from_key(keys[0]).name)
         assert len(nodes) == 3, "the sessions are spread over the three primaries"
         assert store.ids() == sorted(f"s{index}" for index in range(30)), "ids() scans every primary"
     finally:
@@ -477,14 +705,21 @@ def test_cluster_keys_of_a_session_share_a_slot_and_sessions_spread(cluster_pref
         close_redis(client)
 
 
-def test_cluster_ignores_0_1_keys(cluster_prefix: str) -> None:
+def test_cluster_ignores_0_1_keys_and_moves_state_keys(cluster_prefix: str) -> None:
     client = redis_cluster.RedisCluster.from_url(redis_cluster_url())
     store = RedisStore(client, prefix=cluster_prefix)
     try:
-        _save_as_0_1(client, f"{cluster_prefix}old", "from 0.1", 3)  # type: ignore[arg-type]
+        _save_as_0_1(client, f"{cluster_prefix}old", _state("x"), 3)  # type: ignore[arg-type]
         assert store.load("old") is None
         assert store.ids() == []
-        assert store.save("old", "new", 0) == 1
+        _put(store, "old", "new")
+        _save_as_0_1(client, f"{cluster_prefix}{{st}}:state", _state("a"), 2)  # type: ignore[arg-type]
+        loaded = store.load("st")
+        assert loaded is not None
+        assert texts(loaded) == ["a"]
+        store.write("st", append(loaded.head, "b"))
+        assert texts(store.load("st")) == ["a", "b"]
+        assert client.exists(f"{cluster_prefix}{{st}}:state") == 0
     finally:
         close_redis(client)
 
@@ -496,9 +731,9 @@ def test_given_async_cluster_client(cluster_prefix: str) -> None:
         try:
             store = RedisStore(given, prefix=cluster_prefix)
             for index in range(10):
-                assert await store.asave(f"s{index}", "x", 0) == 1
+                assert (await store.awrite(f"s{index}", create("x"))).revision == 1
             assert await store.aids() == sorted(f"s{index}" for index in range(10))
-            assert await store.aload("s3") == StoredSession("x", 1)
+            assert texts(await store.aload("s3")) == ["x"]
             assert await store.adelete("s3") is True
             await store.aclose()
             assert await given.ping(), "aclose() left the caller's client open"
@@ -511,11 +746,12 @@ def test_given_async_cluster_client(cluster_prefix: str) -> None:
 
 
 def test_cluster_primary_stopped_mid_run(cluster_prefix: str) -> None:
-    """One primary goes down while writers save their own sessions: its sessions fail with
-    StoreUnavailableError until its replica takes over, the others keep working throughout,
-    and no save is half-written (each session's revision equals its counter). Each writer has
-    its own store, as app workers do (redis-py 7.0's RedisCluster, the last for Python 3.9,
-    breaks when threads share it through a topology change)."""
+    """One primary goes down while writers append to (and fold) their own sessions: its
+    sessions fail with StoreUnavailableError until its replica takes over, the others keep
+    working throughout, and no write is half-written (each head's tail matches its log and a
+    fold's summary matches its revision). Each writer has its own store, as app workers do
+    (redis-py 7.0's RedisCluster, the last for Python 3.9, breaks when threads share it
+    through a topology change)."""
     url = redis_cluster_url()
     store = RedisStore(url, prefix=cluster_prefix, cluster=True)
     client = redis_cluster.RedisCluster.from_url(url)
@@ -528,6 +764,8 @@ def test_cluster_primary_stopped_mid_run(cluster_prefix: str) -> None:
     writers = [ids[0] for ids in by_node.values()] + [ids[1] for ids in by_node.values()]
     victim_port, victim_ids = next(iter(by_node.items()))
     victims = [session_id for session_id in writers if session_id in victim_ids]
+    for session_id in writers:
+        _put(store, session_id)
     won = dict.fromkeys(writers, 0)
     failed = dict.fromkeys(writers, 0)
     won_while_down = dict.fromkeys(writers, 0)
@@ -540,8 +778,23 @@ def test_cluster_primary_stopped_mid_run(cluster_prefix: str) -> None:
         while not done.is_set():
             try:
                 current = own.load(session_id)
-                count = 0 if current is None else int(current.state)
-                own.save(session_id, str(count + 1), 0 if current is None else current.revision)
+                assert current is not None
+                head = current.head
+                if len(current.entries) >= 4:  # fold all but the last: the summary counts revisions
+                    cut = current.entries[-1].seq
+                    summary = str(head.revision + 1)
+                    own.write(
+                        session_id,
+                        LogWrite(
+                            head.incarnation,
+                            expected_revision=head.revision,
+                            summary=summary,
+                            cut=cut,
+                            counter="c",
+                        ),
+                    )
+                else:
+                    own.write(session_id, append(head, str(won[session_id])))
                 won[session_id] += 1
                 if down.is_set():
                     won_while_down[session_id] += 1
@@ -563,7 +816,7 @@ def test_cluster_primary_stopped_mid_run(cluster_prefix: str) -> None:
             deadline = time.monotonic() + 30
             before = dict(won)
             while time.monotonic() < deadline and any(won[v] <= before[v] + 3 for v in victims):
-                time.sleep(0.05)  # until the replica took over and the victims' saves go through
+                time.sleep(0.05)  # until the replica took over and the victims' writes go through
             down.clear()
         time.sleep(0.3)
     finally:
@@ -578,8 +831,10 @@ def test_cluster_primary_stopped_mid_run(cluster_prefix: str) -> None:
         for session_id in writers:
             final = store.load(session_id)
             assert final is not None
-            assert int(final.state) == final.revision, "every save wrote its state and its revision"
-            # A save that raised may or may not have happened: the counter lies in between.
-            assert won[session_id] <= final.revision <= won[session_id] + failed[session_id]
+            head = final.head
+            assert [e.seq for e in final.entries] == list(range(head.tail - len(final.entries), head.tail))
+            assert head.summary == ("" if head.revision == 1 else str(head.revision))
+            # A write that raised may or may not have happened: the count lies in between.
+            assert won[session_id] <= head.tail + head.revision - 1 <= won[session_id] + failed[session_id]
     finally:
         store.close()

@@ -1,10 +1,14 @@
 """Sessions in Redis or Redis Cluster: :class:`RedisStore` (extra ``redis``, redis-py 5 or later).
 
-Each session is one hash at ``<prefix>{<encoded session id>}:state`` holding ``state``,
-``revision`` and the token of the save that wrote it; a ``ttl`` is Redis's own key expiry.
-The compare-and-set save is one Lua script, so it is atomic on the server. The braces are
-a Redis Cluster hash tag: every key of one session (today the head, later its message log
-at ``...:log``) lives in one hash slot, so each script stays legal in a cluster.
+A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`).
+Each session is a hash at ``<prefix>{<encoded session id>}:head`` (incarnation, revision,
+summary, tail, counter identity) and a list at ``<prefix>{<encoded session id>}:log`` of
+entries (sequence number, cost and message JSON, tab-separated), oldest first; a ``ttl`` is
+Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
+atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one
+session lives in one hash slot, so each script stays legal in a cluster. Sessions saved by
+earlier releases (one JSON state in a hash) are read until their next write moves them, in
+that write's script.
 """
 
 from __future__ import annotations
@@ -17,12 +21,21 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .._validate import type_name
-from ..errors import InvalidStateError, MissingExtraError, StoreUnavailableError
-from ._common import check_prefix, check_save, check_session_id, conflict, shown
-from ._protocol import StoredSession
+from ..errors import ConflictError, InvalidStateError, MissingExtraError, StoreUnavailableError
+from ._common import (
+    apply_write,
+    check_load,
+    check_prefix,
+    check_session_id,
+    check_write,
+    shown,
+    write_conflict,
+)
+from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
+from ._whole import decode
 
 if TYPE_CHECKING:
     import redis
@@ -36,47 +49,191 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisStore"]
 
-# KEYS[1]: the session hash. KEYS[2] (optional): the session's hash under the key name of
-# the earlier layout (prefix + session id), read while KEYS[1] is absent and deleted by every save, so
-# the first save migrates the session. ARGV: state, expected revision, ttl in ms ("" for
-# none), writer token. Returns {1, new revision} or {0, live revision}. A save that
-# client-side retries send twice (its reply was lost) finds its own token at expected + 1
-# and succeeds again, writing nothing.
-_SAVE_SCRIPT = """
-local source = KEYS[1]
-local live = redis.call('HGET', source, 'revision')
-if not live and KEYS[2] then
-  source = KEYS[2]
-  live = redis.call('HGET', source, 'revision')
+# Every script gets KEYS = the head hash, the log list, the whole-state hash of the previous
+# layout (same hash slot) and, off a cluster, the hash of the earliest layout (prefix + id).
+#
+# _LOAD_SCRIPT, ARGV: since incarnation, since revision, since tail ("" when no since).
+# Returns {'h', incarnation, revision, summary, tail, has counter, counter, delta, entries...},
+# {'s', state, revision, key index} (only an old-layout session) or {'n'}.
+_LOAD_SCRIPT = """
+local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter')
+if h[1] then
+  local entries
+  local delta = 0
+  if ARGV[1] ~= '' and ARGV[1] == h[1] and ARGV[2] == h[2] then
+    local n = tonumber(h[4]) - tonumber(ARGV[3])
+    if n == 0 then
+      entries = {}
+      delta = 1
+    elseif n > 0 then
+      entries = redis.call('LRANGE', KEYS[2], -n, -1)
+      delta = 1
+    end
+  end
+  if not entries then
+    entries = redis.call('LRANGE', KEYS[2], 0, -1)
+  end
+  local reply = {'h', h[1], h[2], h[3] or '', h[4], h[5] and 1 or 0, h[5] or '', delta}
+  for i = 1, #entries do
+    reply[#reply + 1] = entries[i]
+  end
+  return reply
 end
-local current = 0
-if live then
-  current = tonumber(live)
-  if current == nil then
-    return redis.error_reply('rollmem: the revision field of ' .. source .. ' is not a number')
+for i = 3, #KEYS do
+  local old = redis.call('HMGET', KEYS[i], 'state', 'revision')
+  if old[1] or old[2] then
+    return {'s', old[1] or '', old[2] or '', i}
   end
 end
-local expected = tonumber(ARGV[2])
-if current == expected + 1 and redis.call('HGET', source, 'writer') == ARGV[4] then
-  return {1, current}
-end
-if current ~= expected then
-  return {0, current}
-end
-local revision = current + 1
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'writer', ARGV[4], 'revision', revision)
-if ARGV[3] == '' then
-  redis.call('PERSIST', KEYS[1])
-else
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-end
-if KEYS[2] then
-  redis.call('DEL', KEYS[2])
-end
-return {1, revision}
+return {'n'}
 """
 
-_FIELDS = ("state", "revision")
+# _WRITE_SCRIPT, ARGV: 1 mode ('w': a write; 'm': move an old-layout session in, given whole),
+# 2 writer token, 3 ttl in ms ("" for none), 4 create, 5 incarnation (the new one for a
+# create), 6 expected revision, 7 expected tail, 8 has summary, 9 summary, 10 cut,
+# 11 keep (comma separated), 12 replace, 13 has counter, 14 counter, 15 append-only,
+# 16 old key index, 17 old revision (mode 'm'), 18 revision (mode 'm'), 19 tail (mode 'm'),
+# then the entries: 'w' as cost, message pairs; 'm' as seq, cost, message triples.
+# Returns {'ok', incarnation, revision, summary, tail, has counter, counter},
+# {'c', <same head fields>} (a conflict), {'c'} (no live session), {'s', state, revision,
+# key index} (an old-layout session to move in first) or {'retry'}.
+# A write resent by the client (its reply was lost) finds its own token and succeeds again.
+_WRITE_SCRIPT = """
+local function head_reply(tag)
+  local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter')
+  return {tag, h[1], h[2], h[3] or '', h[4], h[5] and 1 or 0, h[5] or ''}
+end
+local function expire()
+  for i = 1, 2 do
+    if ARGV[3] == '' then
+      redis.call('PERSIST', KEYS[i])
+    else
+      redis.call('PEXPIRE', KEYS[i], ARGV[3])
+    end
+  end
+end
+local function number(value, field)
+  local n = tonumber(value)
+  if n == nil then
+    return redis.error_reply('rollmem: the ' .. field .. ' field of ' .. KEYS[1] .. ' is not a number')
+  end
+  return n
+end
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if ARGV[1] == 'm' then
+  local old = KEYS[tonumber(ARGV[16])]
+  if exists or not old or redis.call('HGET', old, 'revision') ~= ARGV[17] then
+    return {'retry'}
+  end
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'incarnation', ARGV[5], 'revision', ARGV[18], 'summary', ARGV[9],
+    'tail', ARGV[19], 'writer', ARGV[2])
+  if ARGV[13] == '1' then
+    redis.call('HSET', KEYS[1], 'counter', ARGV[14])
+  end
+  for i = 20, #ARGV, 3 do
+    redis.call('RPUSH', KEYS[2], ARGV[i] .. '\t' .. ARGV[i + 1] .. '\t' .. ARGV[i + 2])
+  end
+  for i = 3, #KEYS do
+    redis.call('DEL', KEYS[i])
+  end
+  expire()
+  return head_reply('ok')
+end
+if not exists then
+  for i = 3, #KEYS do
+    local old = redis.call('HMGET', KEYS[i], 'state', 'revision')
+    if old[1] or old[2] then
+      return {'s', old[1] or '', old[2] or '', i}
+    end
+  end
+  if ARGV[4] ~= '1' then
+    return {'c'}
+  end
+  redis.call('DEL', KEYS[2])
+  local tail = 0
+  for i = 20, #ARGV, 2 do
+    redis.call('RPUSH', KEYS[2], tail .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1])
+    tail = tail + 1
+  end
+  redis.call('HSET', KEYS[1], 'incarnation', ARGV[5], 'revision', 1, 'summary', ARGV[9],
+    'tail', tail, 'writer', ARGV[2])
+  if ARGV[13] == '1' then
+    redis.call('HSET', KEYS[1], 'counter', ARGV[14])
+  end
+  expire()
+  return head_reply('ok')
+end
+local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writer')
+if h[5] == ARGV[2] then
+  return head_reply('ok')
+end
+if ARGV[4] == '1' or h[1] ~= ARGV[5] then
+  return head_reply('c')
+end
+local revision = number(h[2], 'revision')
+if type(revision) == 'table' then return revision end
+local tail = number(h[3], 'tail')
+if type(tail) == 'table' then return tail end
+if ARGV[6] ~= '' and revision ~= tonumber(ARGV[6]) then
+  return head_reply('c')
+end
+if ARGV[7] ~= '' and tail ~= tonumber(ARGV[7]) then
+  return head_reply('c')
+end
+local append = ARGV[15] == '1'
+if append and ((ARGV[13] == '1') ~= (h[4] ~= false) or (h[4] and h[4] ~= ARGV[14])) then
+  return head_reply('c')
+end
+if ARGV[12] == '1' then
+  redis.call('DEL', KEYS[2])
+else
+  local cut = tonumber(ARGV[10])
+  if cut > 0 then
+    local keep = {}
+    for seq in string.gmatch(ARGV[11], '%d+') do
+      keep[seq] = true
+    end
+    local kept = {}
+    while true do
+      local first = redis.call('LINDEX', KEYS[2], 0)
+      if not first then break end
+      local seq = string.match(first, '^(%d+)\t')
+      if not seq or tonumber(seq) >= cut then break end
+      redis.call('LPOP', KEYS[2])
+      if keep[seq] then
+        kept[#kept + 1] = first
+      end
+    end
+    for i = #kept, 1, -1 do
+      redis.call('LPUSH', KEYS[2], kept[i])
+    end
+  end
+end
+for i = 20, #ARGV, 2 do
+  redis.call('RPUSH', KEYS[2], tail .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1])
+  tail = tail + 1
+end
+redis.call('HSET', KEYS[1], 'tail', tail, 'writer', ARGV[2])
+if ARGV[8] == '1' then
+  redis.call('HSET', KEYS[1], 'summary', ARGV[9])
+end
+if not append then
+  redis.call('HSET', KEYS[1], 'revision', revision + 1)
+  if ARGV[13] == '1' then
+    redis.call('HSET', KEYS[1], 'counter', ARGV[14])
+  else
+    redis.call('HDEL', KEYS[1], 'counter')
+  end
+end
+for i = 3, #KEYS do
+  redis.call('DEL', KEYS[i])
+end
+expire()
+return head_reply('ok')
+"""
+
+_RETRIES = 100  # moves of an old-layout session lost to other writers, before giving up
 _MAX_TTL_MS = 10**13  # ~317 years: longer ttls mean "practically never" and would overflow Redis
 _GLOB_SPECIAL = frozenset("*?[]\\")
 _CONNECT_TIMEOUT = 5.0
@@ -86,9 +243,13 @@ _ID_ESCAPED = re.compile("[%{}]")
 _ID_UNESCAPED = re.compile("%(25|7B|7D)")
 # The end of every key of the tagged layout, whatever its prefix: "{<encoded id>}:<part>".
 _TAGGED_TAIL = re.compile(r"\{[^{}]+\}:[a-z]+\Z")
-_STATE_SUFFIX = ":state"
-# What follows the prefix in a session's head key: the group is the encoded session id.
-_HEAD = re.compile(r"\{([^{}]+)\}" + _STATE_SUFFIX + r"\Z")
+# What follows the prefix in a session's head key (or its whole-state key of the previous
+# layout): the group is the encoded session id.
+_HEAD = re.compile(r"\{([^{}]+)\}:(?:head|state)\Z")
+
+
+def _register(client: Any) -> Any:
+    return (client.register_script(_LOAD_SCRIPT), client.register_script(_WRITE_SCRIPT))
 
 
 def _import_redis() -> ModuleType:
@@ -141,28 +302,43 @@ class RedisStore:
     The asyncio client a store makes belongs to the event loop that first used it: ``await
     store.aclose()`` there before using the store from another loop.
 
-    Each session is a hash at ``<prefix>{<id>}:state``, where ``<id>`` is the session id with
-    ``%``, ``{`` and ``}`` percent-encoded (``%25``, ``%7B``, ``%7D``). The braces are a Redis
-    Cluster hash tag: all keys of a session share one slot, so each save stays one atomic
-    script on one node, in a cluster too; ``ids`` scans every primary. The tag cannot hold a
-    brace, so no key of one prefix is a key of another (``prefix="app:"`` never sees the
-    sessions of ``prefix="app:tenant2:"``). A prefix must not contain the empty tag ``{}``
-    (it would hash each key whole, spreading a session over slots); other braces in it are
-    allowed, and a tag in the prefix puts all its sessions in one slot.
+    A log store (see :class:`~rollmem.stores.LogStore`): each session is a hash at
+    ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity) and a list
+    at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message JSON,
+    tab-separated), where ``<id>`` is the session id with ``%``, ``{`` and ``}``
+    percent-encoded (``%25``, ``%7B``, ``%7D``).
+    ``load`` is one script (with ``since``, only the entries appended after that head when its
+    incarnation and revision are still live); ``write`` is one atomic script: an append checks
+    the incarnation and counter and pushes its entries (no compare-and-set on the revision), a
+    fold compares the revision (and the tail when asked), removes the folded entries except
+    ``keep``, appends and sets the summary, a rewrite replaces every entry. The braces are a
+    Redis Cluster hash tag: all keys of a session share one slot, so each script runs on one
+    node, in a cluster too; ``ids`` scans every primary. The tag cannot hold a brace, so no key
+    of one prefix is a key of another (``prefix="app:"`` never sees the sessions of
+    ``prefix="app:tenant2:"``). A prefix must not contain the empty tag ``{}`` (it would hash
+    each key whole, spreading a session over slots); other braces in it are allowed, and a tag
+    in the prefix puts all its sessions in one slot.
 
-    Sessions saved under the earlier key layout, whose hash sat at ``prefix + session id``, still load:
+    Sessions saved by earlier releases still load while their head is absent: the whole-state
+    hash at ``<prefix>{<id>}:state`` (a ``state`` JSON and a ``revision``; the log kept inside
+    it by :class:`~rollmem.stores.WholeStateLog`, incarnation and costs included, is kept) and,
     with a ``redis.Redis`` (not a cluster: that layout could not be written to one) and
-    ``legacy_keys=True`` (the default) a session missing from the new layout is read from its
-    old key, and its next save moves it, deleting the old key in the same atomic script;
-    ``delete`` removes both, ``ids`` lists both. An old key is as ambiguous as it was before
-    (``app:tenant2:x`` is session ``tenant2:x`` of ``app:`` too) until that first save, and
-    old-layout writers must be stopped before new ones start; pass ``legacy_keys=False`` once
-    your sessions are saved under the new names to ignore old keys. Old keys whose names end
-    like a new key (``{...}:state``) are never read as old sessions.
+    ``legacy_keys=True`` (the default), the hash at ``prefix + session id`` of the earliest
+    layout. The session's next write moves it to the head and log keys and deletes the old key
+    in the same atomic script (compared against the old revision it read, so a concurrent
+    old-layout writer is never overwritten); ``delete`` removes every key, ``ids`` lists all
+    layouts. An earliest-layout key is as ambiguous as it was before (``app:tenant2:x`` is
+    session ``tenant2:x`` of ``app:`` too) until that first write, and old-layout writers must
+    be stopped before new ones start; pass ``legacy_keys=False`` once your sessions are saved
+    under the new names to ignore those keys. Old keys whose names end like a tagged key
+    (``{...}:head``) are never read as old sessions.
 
-    ``ttl`` is native key expiry, so :meth:`purge_expired` has nothing to do. A save is one
-    atomic server-side script that compares the revision and writes: a failover or a
-    resharding during a save makes it fail with an error or succeed, never half-write.
+    ``ttl`` is native key expiry (``PEXPIRE`` on every key of the session), so
+    :meth:`purge_expired` has nothing to do. A write is one atomic server-side script: a
+    failover or a resharding during a write makes it fail with an error or succeed, never
+    half-write; a write the driver resends after a lost reply finds its own token in the head
+    and is not applied twice (unless another write came in between). Stored text that is not UTF-8 raises
+    :class:`~rollmem.errors.InvalidStateError` naming the session.
     Driver errors (connection refused, timeouts, cluster down, server errors) raise
     :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception.
     """
@@ -192,18 +368,18 @@ class RedisStore:
         self._lock = threading.Lock()
         self._url: Optional[str] = None
         self._cluster = cluster
-        self._sync: Optional[tuple[SyncClient, Script]] = None
-        self._async: Optional[tuple[AsyncClient, AsyncScript]] = None
+        self._sync: Optional[tuple[SyncClient, tuple[Script, Script]]] = None
+        self._async: Optional[tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]] = None
         self._async_loop: Optional[asyncio.AbstractEventLoop] = None
         if isinstance(url_or_client, str):
             driver.connection.parse_url(url_or_client)  # a bad URL fails here, not on first use
             self._url = url_or_client
         elif isinstance(url_or_client, (driver.asyncio.Redis, driver.asyncio.cluster.RedisCluster)):
             self._cluster = isinstance(url_or_client, driver.asyncio.cluster.RedisCluster)
-            self._async = (url_or_client, url_or_client.register_script(_SAVE_SCRIPT))
+            self._async = (url_or_client, _register(url_or_client))
         elif isinstance(url_or_client, (driver.Redis, driver.cluster.RedisCluster)):
             self._cluster = isinstance(url_or_client, driver.cluster.RedisCluster)
-            self._sync = (url_or_client, url_or_client.register_script(_SAVE_SCRIPT))
+            self._sync = (url_or_client, _register(url_or_client))
         else:
             raise TypeError(
                 "url_or_client must be a Redis URL, a redis.Redis, a redis.asyncio.Redis or a "
@@ -223,37 +399,37 @@ class RedisStore:
 
     @staticmethod
     def _client_options(driver: ModuleType, retry_class: Any) -> dict[str, Any]:
-        # Two quick retries of a dropped connection; a resent save is safe (see _SAVE_SCRIPT).
+        # Two quick retries of a dropped connection; a resent write is safe (see _WRITE_SCRIPT).
         retry = retry_class(driver.backoff.ExponentialBackoff(cap=0.5, base=0.05), 2)
         return {"socket_connect_timeout": _CONNECT_TIMEOUT, "socket_timeout": _SOCKET_TIMEOUT, "retry": retry}
 
-    def _sync_client(self) -> tuple[SyncClient, Script]:
+    def _sync_client(self) -> tuple[SyncClient, tuple[Script, Script]]:
         if self._sync is not None:
             return self._sync
         if self._url is None:
             raise TypeError(
-                "this RedisStore was given a redis.asyncio client: use the a-methods (aload, asave, ...)"
+                "this RedisStore was given a redis.asyncio client: use the a-methods (aload, awrite, ...)"
             )
         driver = _import_redis()
         with self._lock:
             if self._sync is None:
                 kind = driver.cluster.RedisCluster if self._cluster else driver.Redis
                 client = kind.from_url(self._url, **self._client_options(driver, driver.retry.Retry))
-                self._sync = (client, client.register_script(_SAVE_SCRIPT))
+                self._sync = (client, _register(client))
             return self._sync
 
-    def _async_client(self) -> tuple[AsyncClient, AsyncScript]:
+    def _async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
         loop = asyncio.get_running_loop()
         if self._url is None:
             if self._async is None:
-                raise TypeError("this RedisStore was given a blocking redis client: use load, save, ...")
+                raise TypeError("this RedisStore was given a blocking redis client: use load, write, ...")
             return self._async
         driver = _import_redis()
         with self._lock:
             if self._async is None:
                 kind = driver.asyncio.cluster.RedisCluster if self._cluster else driver.asyncio.Redis
                 client = kind.from_url(self._url, **self._client_options(driver, driver.asyncio.retry.Retry))
-                self._async = (client, client.register_script(_SAVE_SCRIPT))
+                self._async = (client, _register(client))
                 self._async_loop = loop
             elif self._async_loop is not loop:
                 raise RuntimeError(
@@ -278,56 +454,166 @@ class RedisStore:
 
     # -- shared steps ----------------------------------------------------------------------------
 
+    def _tagged(self, session_id: str, part: str) -> str:
+        return f"{self._prefix}{{{_encode_id(session_id)}}}:{part}"
+
     def _key(self, session_id: str) -> str:
-        return f"{self._prefix}{{{_encode_id(session_id)}}}{_STATE_SUFFIX}"
+        """The session's head hash."""
+        return self._tagged(session_id, "head")
 
     def _legacy_key(self, session_id: str) -> Optional[str]:
-        """The earlier-layout key of the session, when this store reads those and the name cannot be a
-        key of the tagged layout."""
+        """The earliest-layout key of the session, when this store reads those and the name cannot
+        be a key of the tagged layout."""
         key = self._prefix + session_id
         return key if self._legacy and not _TAGGED_TAIL.search(key) else None
 
     def _keys(self, session_id: str) -> list[str]:
-        """The session's key, then its earlier-layout key if that is read."""
+        """The head, the log, the previous layout's whole-state hash, then the earliest-layout key
+        if that is read: all in one hash slot (the last only off a cluster)."""
         check_session_id(session_id)
         legacy = self._legacy_key(session_id)
-        return [self._key(session_id)] + ([legacy] if legacy is not None else [])
-
-    def _save_call(
-        self, session_id: str, state: str, expected_revision: int, ttl: Optional[float]
-    ) -> dict[str, Any]:
-        check_save(session_id, state, expected_revision, ttl)
-        args = [state, str(expected_revision), _ttl_ms(ttl), uuid.uuid4().hex]
-        return {"keys": self._keys(session_id), "args": args}
+        keys = [self._tagged(session_id, part) for part in ("head", "log", "state")]
+        return keys + ([legacy] if legacy is not None else [])
 
     @staticmethod
-    def _saved(session_id: str, expected_revision: int, reply: Any) -> int:
-        won, revision = int(reply[0]), int(reply[1])
-        if not won:
-            raise conflict(session_id, expected_revision, revision)
-        return revision
+    def _load_args(since: Optional[Head]) -> list[str]:
+        if since is None:
+            return ["", "", ""]
+        return [since.incarnation, str(since.revision), str(since.tail)]
 
-    def _loaded(self, keys: list[str], session_id: str, replies: list[Any]) -> Optional[StoredSession]:
-        """The session from the first of its keys that holds it (HMGET replies, one per key)."""
-        for key, (state, revision) in zip(keys, replies):
-            if state is None and revision is None:
-                continue
-            if state is None or revision is None or not _text(revision).isdigit():
-                raise StoreUnavailableError(
-                    f"Redis holds a malformed entry for session {shown(session_id)} at key "
-                    f"{shown(key)}: state={state!r:.40}, revision={revision!r:.40}"
-                )
-            try:
-                text = _text(state)
-            except UnicodeDecodeError as exc:
-                problem = f"stored state is not valid UTF-8 ({exc.reason} at byte {exc.start})"
-                raise InvalidStateError("", f"session {shown(session_id)}: {problem}") from None
-            return StoredSession(text, int(revision))
-        return None
+    @staticmethod
+    def _write_args(change: LogWrite, token: str) -> list[str]:
+        incarnation = uuid.uuid4().hex if change.create else change.incarnation
+        args = [
+            "w",
+            token,
+            _ttl_ms(change.ttl),
+            "1" if change.create else "",
+            incarnation,
+            "" if change.expected_revision is None else str(change.expected_revision),
+            "" if change.expected_tail is None else str(change.expected_tail),
+            "" if change.summary is None else "1",
+            change.summary or "",
+            str(change.cut),
+            ",".join(str(seq) for seq in change.keep),
+            "1" if change.replace else "",
+            "" if change.counter is None else "1",
+            change.counter or "",
+            "1" if change.is_append else "",
+            "",
+            "",
+            "",
+            "",
+        ]
+        for entry in change.entries:
+            args += [str(entry.cost), entry.message]
+        return args
+
+    @staticmethod
+    def _move_args(
+        head: Head, entries: list[LogEntry], ttl: Optional[float], key_index: int, old: str
+    ) -> list[str]:
+        args = [
+            "m",
+            uuid.uuid4().hex,
+            _ttl_ms(ttl),
+            "",
+            head.incarnation,
+            "",
+            "",
+            "1",
+            head.summary,
+            "0",
+            "",
+            "",
+            "" if head.counter is None else "1",
+            head.counter or "",
+            "",
+            str(key_index),
+            old,
+            str(head.revision),
+            str(head.tail),
+        ]
+        for entry in entries:
+            args += [str(entry.seq), str(entry.cost), entry.message]
+        return args
+
+    @staticmethod
+    def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
+        try:
+            return _text(value)
+        except UnicodeDecodeError as exc:
+            problem = f"stored {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+            raise InvalidStateError("", f"session {shown(session_id)}: {problem}") from None
+
+    def _head(self, session_id: str, fields: list[Any]) -> Head:
+        incarnation, revision, summary, tail, has_counter, counter = fields
+        try:
+            return Head(
+                self._string(session_id, incarnation, "incarnation"),
+                int(revision),
+                self._string(session_id, summary, "summary"),
+                int(tail),
+                self._string(session_id, counter, "counter") if int(has_counter) else None,
+            )
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidStateError):
+                raise
+            raise self._malformed(session_id, f"head fields {fields!r:.80}") from None
+
+    @staticmethod
+    def _malformed(session_id: str, what: str) -> StoreUnavailableError:
+        return StoreUnavailableError(f"Redis holds a malformed entry for session {shown(session_id)}: {what}")
+
+    def _entry(self, session_id: str, raw: Union[bytes, str]) -> LogEntry:
+        text = self._string(session_id, raw, "message")
+        parts = text.split("\t", 2)
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].lstrip("-").isdigit():
+            raise self._malformed(session_id, f"log entry {text!r:.60}")
+        return LogEntry(parts[2], int(parts[1]), int(parts[0]))
+
+    def _old(self, session_id: str, reply: list[Any]) -> tuple[Head, list[LogEntry], int, str]:
+        """A session of the previous layout (one JSON state) as a head and entries, with the index
+        of its key and the revision it was read at."""
+        state, revision, index = reply[1], _text(reply[2]), int(reply[3])
+        if not revision.isdigit():
+            raise self._malformed(session_id, f"state={state!r:.40}, revision={revision!r:.40}")
+        text = self._string(session_id, state, "state")
+        head, entries = decode(session_id, StoredSession(text, int(revision)))
+        return head, entries, index, revision
+
+    def _loaded(self, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
+        kind = _text(reply[0])
+        if kind == "n":
+            return None
+        if kind == "s":
+            old_head, old_entries, _, _ = self._old(session_id, reply)
+            return StoredLog(old_head, tuple(old_entries))
+        head = self._head(session_id, reply[1:7])
+        entries = tuple(self._entry(session_id, raw) for raw in reply[8:])
+        return StoredLog(head, entries, bool(int(reply[7])))
+
+    def _step(
+        self, session_id: str, change: LogWrite, reply: list[Any]
+    ) -> Union[Head, tuple[list[str], int]]:
+        """The new head of a write that went through, or the arguments of the script that moves an
+        old-layout session in with ``change`` applied; raises the ``ConflictError`` of a lost write."""
+        kind = _text(reply[0])
+        if kind == "ok":
+            return self._head(session_id, reply[1:7])
+        if kind == "c":
+            live = None if len(reply) == 1 else self._head(session_id, reply[1:7])
+            error = write_conflict(session_id, live, change)
+            if error is None:  # e.g. a create lost against a session whose head is identical
+                error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
+            raise error
+        head, entries, index, revision = self._old(session_id, reply)
+        updated, kept = apply_write(session_id, head, entries, change, uuid.uuid4().hex)
+        return self._move_args(updated, kept, change.ttl, index, revision), index
 
     def _ids_pattern(self, prefix: str) -> str:
         check_prefix(prefix)
-        if self._legacy:  # both layouts: every key under the store's prefix
+        if self._legacy:  # all layouts: every key under the store's prefix
             return _glob_literal(self._prefix) + "*"
         return _glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*"
 
@@ -342,39 +628,56 @@ class RedisStore:
                 found.add(rest)
         return sorted(session_id for session_id in found if session_id.startswith(prefix))
 
+    def _run(self, client: Any, script: Any, source: str, keys: list[str], args: list[str]) -> Any:
+        try:
+            return script(keys=keys, args=args)
+        except _import_redis().exceptions.NoScriptError:
+            # The script's node lost its cache (restart, failover) and the driver's reload
+            # went to the primaries it knew: send the script itself.
+            return client.eval(source, len(keys), *keys, *args)
+
+    async def _arun(self, client: Any, script: Any, source: str, keys: list[str], args: list[str]) -> Any:
+        try:
+            return await script(keys=keys, args=args)
+        except _import_redis().exceptions.NoScriptError:  # see _run
+            return await client.eval(source, len(keys), *keys, *args)
+
     # -- blocking methods ------------------------------------------------------------------------
 
-    def load(self, session_id: str) -> Optional[StoredSession]:
-        """The live session, or ``None`` when it is absent or expired."""
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """The live session, or ``None`` when it is absent or expired: one script. With ``since``
+        (same incarnation and revision as the live head) only the entries appended after it."""
+        check_load(session_id, since)
         keys = self._keys(session_id)
-        client, _ = self._sync_client()
+        client, scripts = self._sync_client()
         with self._errors("load", session_id):
-            if len(keys) == 1:
-                replies = [client.hmget(keys[0], _FIELDS)]
-            else:  # both names in one MULTI: a save moving the session cannot fall between
-                pipe = cast("redis.Redis", client).pipeline(transaction=True)
-                for key in keys:
-                    pipe.hmget(key, _FIELDS)
-                replies = pipe.execute()
-        return self._loaded(keys, session_id, replies)
+            reply = self._run(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(since))
+        return self._loaded(session_id, reply)
 
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
-        """Store ``state`` if the live revision is ``expected_revision`` (0: no live session) and
-        return the new revision; else raise ``ConflictError`` and change nothing. ``ttl``
-        (seconds) becomes the key's expiry; without it the key never expires."""
-        call = self._save_call(session_id, state, expected_revision, ttl)
-        client, script = self._sync_client()
-        with self._errors("save", session_id):
-            try:
-                reply = script(**call)
-            except _import_redis().exceptions.NoScriptError:
-                # The script's node lost its cache (restart, failover) and the driver's reload
-                # went to the primaries it knew: send the script itself.
-                reply = client.eval(_SAVE_SCRIPT, len(call["keys"]), *call["keys"], *call["args"])
-        return self._saved(session_id, expected_revision, reply)
+    def write(self, session_id: str, change: LogWrite) -> Head:
+        """Apply ``change`` in one atomic script and return the new head; else raise
+        ``ConflictError`` and write nothing. A session of the previous layouts moves to the
+        head and log keys (its old keys deleted) in the script of its first write."""
+        check_write(session_id, change)
+        keys = self._keys(session_id)
+        client, scripts = self._sync_client()
+        args = self._write_args(change, uuid.uuid4().hex)
+        for _ in range(_RETRIES):
+            with self._errors("write", session_id):
+                reply = self._run(client, scripts[1], _WRITE_SCRIPT, keys, args)
+            if _text(reply[0]) == "retry":
+                args = self._write_args(change, uuid.uuid4().hex)
+                continue
+            step = self._step(session_id, change, reply)
+            if isinstance(step, Head):
+                return step
+            args = step[0]
+        raise ConflictError(
+            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
+        )
 
     def delete(self, session_id: str) -> bool:
-        """Remove the session; ``True`` if a live one was there."""
+        """Remove the session (every key of it); ``True`` if a live one was there."""
         keys = self._keys(session_id)
         client, _ = self._sync_client()
         with self._errors("delete", session_id):
@@ -407,32 +710,34 @@ class RedisStore:
 
     # -- async methods ---------------------------------------------------------------------------
 
-    async def aload(self, session_id: str) -> Optional[StoredSession]:
+    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
+        check_load(session_id, since)
         keys = self._keys(session_id)
-        client, _ = self._async_client()
+        client, scripts = self._async_client()
         with self._errors("load", session_id):
-            if len(keys) == 1:
-                replies = [await client.hmget(keys[0], _FIELDS)]
-            else:
-                pipe = cast("redis.asyncio.Redis", client).pipeline(transaction=True)
-                for key in keys:
-                    pipe.hmget(key, _FIELDS)
-                replies = await pipe.execute()
-        return self._loaded(keys, session_id, replies)
+            reply = await self._arun(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(since))
+        return self._loaded(session_id, reply)
 
-    async def asave(
-        self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None
-    ) -> int:
-        """Async twin of :meth:`save`."""
-        call = self._save_call(session_id, state, expected_revision, ttl)
-        client, script = self._async_client()
-        with self._errors("save", session_id):
-            try:
-                reply = await script(**call)
-            except _import_redis().exceptions.NoScriptError:  # see save()
-                reply = await client.eval(_SAVE_SCRIPT, len(call["keys"]), *call["keys"], *call["args"])
-        return self._saved(session_id, expected_revision, reply)
+    async def awrite(self, session_id: str, change: LogWrite) -> Head:
+        """Async twin of :meth:`write`."""
+        check_write(session_id, change)
+        keys = self._keys(session_id)
+        client, scripts = self._async_client()
+        args = self._write_args(change, uuid.uuid4().hex)
+        for _ in range(_RETRIES):
+            with self._errors("write", session_id):
+                reply = await self._arun(client, scripts[1], _WRITE_SCRIPT, keys, args)
+            if _text(reply[0]) == "retry":
+                args = self._write_args(change, uuid.uuid4().hex)
+                continue
+            step = self._step(session_id, change, reply)
+            if isinstance(step, Head):
+                return step
+            args = step[0]
+        raise ConflictError(
+            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
+        )
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
