@@ -145,10 +145,13 @@ def drop_table(dsn: str, table: str) -> None:
     import psycopg
     from psycopg import sql
 
+    from rollmem.stores.postgres import _derived
+
+    *schema, name = table.split(".")
     with psycopg.connect(dsn, autocommit=True) as conn:
         for suffix in ("", "_heads", "_log", "_meta"):
-            name = sql.Identifier(*(table + suffix).split("."))
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(name))
+            derived = sql.Identifier(*schema, _derived(name, suffix) if suffix else name)
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(derived))
 
 
 def _python(code: str) -> str:
