@@ -1,8 +1,9 @@
 """Sessions in PostgreSQL: :class:`PostgresStore` (extra ``postgres``: psycopg 3 and psycopg_pool).
 
-One table (created on first use) holds a row per session: ``id``, ``state``, ``revision``,
-``expires_at`` and ``updated_at``. Every operation is written once, as a generator of SQL
-steps; the blocking and the async methods only drive it on their kind of connection.
+A log store: ``<table>_heads`` (a row per session) and ``<table>_log`` (a row per message),
+created on first use with ``<table>_meta`` (the schema version). Every operation is written
+once, as a generator of SQL steps; the blocking and the async methods only drive it on their
+kind of connection.
 """
 
 from __future__ import annotations
@@ -226,7 +227,8 @@ class _NoTransaction:
 
 
 class PostgresStore:
-    """A session store in a PostgreSQL table, shared by every process that reaches the server.
+    """A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`)
+    in PostgreSQL, shared by every process that reaches the server.
 
     ``conninfo_or_pool`` is a libpq connection string or URI, a ``psycopg_pool.ConnectionPool``
     for the blocking methods, or an ``AsyncConnectionPool`` for the ``a``-methods. From a
@@ -241,16 +243,22 @@ class PostgresStore:
     connections the store opens never prepare statements on the server
     (``prepare_threshold=None``), since a pooler may run the next transaction on another
     server connection, where the prepared statement is missing or means something else; each
-    save is one transaction and the store sets no session state. A pool you pass keeps your
+    call is one transaction and the store sets no session state. A pool you pass keeps your
     settings: to use one behind PgBouncer in transaction mode, open it with
     ``kwargs={"prepare_threshold": None}`` (and ``autocommit=True`` if you like, as the store
     does).
 
-    ``table`` (a name or ``schema.name``, quoted as an identifier) is created on first use.
-    A save is one transaction: ``INSERT ... ON CONFLICT`` for a new session (an expired row
-    counts as absent), ``UPDATE ... WHERE revision = %s`` otherwise. ``ttl`` sets
-    ``expires_at``; expired rows are invisible and :meth:`purge_expired` deletes them.
-    Driver errors (unreachable server, pool timeout, SQL errors) raise
+    ``table`` (a name or ``schema.name``, quoted as an identifier) names the tables, created on
+    first use: ``<table>_heads`` (session id, incarnation, revision, summary, tail, counter
+    identity, ``expires_at``), ``<table>_log`` (session id, sequence number, message JSON,
+    token cost) and ``<table>_meta`` (the schema version, :data:`SCHEMA_VERSION`; a newer one
+    is refused). A ``load`` is one query; a ``write`` is one transaction that locks the head
+    row, checks it with the log rules (see :class:`~rollmem.stores.LogStore`), deletes the
+    folded rows and inserts the new ones. Sessions saved by the whole-state release in the
+    table ``<table>`` itself are read from it while they have no head row and move to the log
+    tables at their next write, in the same transaction. ``ttl`` sets ``expires_at``; expired
+    sessions are invisible and :meth:`purge_expired` deletes their rows. Driver errors
+    (unreachable server, pool timeout, SQL errors) raise
     :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception.
     """
 
@@ -302,7 +310,7 @@ class PostgresStore:
 
     @property
     def table(self) -> str:
-        """The name of the table holding the sessions."""
+        """The table name the store's tables are named after."""
         return self._table
 
     # -- pools ---------------------------------------------------------------------------------
