@@ -539,7 +539,7 @@ class _SessionsBase(Generic[M]):
 class Sessions(_SessionsBase[M]):
     """Memories kept in a store, one per session id.
 
-    ``store`` is a :class:`~rollmem.stores.LogStore` (``MemoryStore``, ``SQLiteStore``) or a
+    ``store`` is a :class:`~rollmem.stores.LogStore` (every bundled store) or a
     whole-state :class:`~rollmem.stores.Store` (wrapped in
     :class:`~rollmem.stores.WholeStateLog`). ``factory()`` builds each memory (budget,
     summarizer, counter, callbacks); the store keeps only its state, so a changed factory

@@ -140,12 +140,18 @@ def close_redis(client: Any) -> None:
 
 
 def drop_table(dsn: str, table: str) -> None:
-    """``DROP TABLE IF EXISTS`` ``table`` (a plain or schema-qualified name)."""
+    """``DROP TABLE IF EXISTS`` ``table`` (a plain or schema-qualified name) and the tables
+    ``PostgresStore`` derives from it (``_heads``, ``_log``, ``_meta``)."""
     import psycopg
     from psycopg import sql
 
+    from rollmem.stores.postgres import _derived
+
+    *schema, name = table.split(".")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(*table.split("."))))
+        for suffix in ("", "_heads", "_log", "_meta"):
+            derived = sql.Identifier(*schema, _derived(name, suffix) if suffix else name)
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(derived))
 
 
 def _python(code: str) -> str:

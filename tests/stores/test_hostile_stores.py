@@ -51,15 +51,15 @@ def test_postgres_tables_sharing_a_long_prefix_each_get_their_index(long_tables:
     for table in long_tables:
         store = PostgresStore(dsn, table=table)
         try:
-            store.save("s", "{}", 0, ttl=60)
+            store.write("s", LogWrite("", create=True, ttl=60))
         finally:
             store.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT tablename, indexdef FROM pg_indexes WHERE tablename = ANY(%s) AND indexdef LIKE %s",
-            (list(long_tables), "%expires_at%"),
+            "SELECT tablename, indexname FROM pg_indexes WHERE tablename LIKE %s AND indexdef LIKE %s",
+            (long_tables[0][:40] + "%", "%expires_at%"),
         ).fetchall()
-    assert sorted(row[0] for row in rows) == sorted(long_tables)
+    assert len({row[0] for row in rows}) == len({row[1] for row in rows}) == len(rows) == 2
 
 
 def test_postgres_errors_do_not_repeat_a_huge_session_id() -> None:
@@ -72,7 +72,7 @@ def test_postgres_errors_do_not_repeat_a_huge_session_id() -> None:
     store = PostgresStore(dsn, table=table)
     try:
         with pytest.raises((StoreUnavailableError, ConflictError)) as raised:
-            store.save(HUGE_ID, "{}", 0)  # too big for the primary key's index
+            store.write(HUGE_ID, LogWrite("", create=True))  # too big for the primary key's index
         assert len(str(raised.value)) < 2000
     finally:
         store.close()

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import os
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from rollmem import BufferMemory
 from rollmem.errors import ConflictError, StoreUnavailableError
-from rollmem.stores import StoredSession
+from rollmem.sessions import Sessions
+from rollmem.stores import AsyncLogStore, LogStore, LogWrite
 
-from .contract import (
-    AsyncStoreContract,
-    StoreContract,
-)
+from .contract import AsyncLogStoreContract, LogStoreContract, append, create, texts
 from .servers import (
     ServerStoreChecks,
     drop_table,
@@ -26,6 +29,7 @@ from .servers import (
     pgbouncer_dsn,
     postgres_ctl,
     postgres_dsn,
+    stopped,
     unique_name,
 )
 
@@ -34,7 +38,7 @@ psycopg_pool = pytest.importorskip(
     "psycopg_pool", reason='the PostgreSQL tests need pip install "rollmem[postgres]"'
 )
 
-from rollmem.stores.postgres import PostgresStore  # noqa: E402
+from rollmem.stores.postgres import SCHEMA_VERSION, PostgresStore  # noqa: E402
 
 
 @pytest.fixture
@@ -56,7 +60,7 @@ def _query(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
 
 
 class _Isolated:
-    """Each contract test gets its own table, dropped afterwards."""
+    """Each contract test gets its own tables, dropped afterwards."""
 
     @pytest.fixture(autouse=True)
     def _isolate(self, dsn: str, table: str) -> None:
@@ -69,15 +73,129 @@ class _Isolated:
         return self.store_factory()()
 
 
-class TestPostgresStore(_Isolated, StoreContract):
+class TestPostgresStore(_Isolated, LogStoreContract):
     pass
 
 
-class TestPostgresStoreAsync(_Isolated, AsyncStoreContract):
+class TestPostgresStoreAsync(_Isolated, AsyncLogStoreContract):
     pass
 
 
-class TestPostgresStoreServer(_Isolated, ServerStoreChecks):
+_APPENDER = """
+import sys
+from rollmem.stores.postgres import PostgresStore
+from stores.contract import append
+store = PostgresStore(sys.argv[1], table=sys.argv[2])
+head = store.load("s").head
+for number in range(int(sys.argv[4])):
+    store.write("s", append(head, f"{sys.argv[3]}-{number}"))
+store.close()
+"""
+
+
+class _LogServerChecks(ServerStoreChecks):
+    """The server checks, on the log protocol."""
+
+    table: str
+
+    def test_implements_both_protocols(self) -> None:
+        store = self.store_factory()()
+        assert isinstance(store, LogStore)
+        assert isinstance(store, AsyncLogStore)
+
+    def test_processes_never_lose_an_update(self) -> None:
+        """Four processes append at once: every message is kept once, numbered 0..99."""
+        store = self.store_factory()()
+        try:
+            store.write("s", create())
+            tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests_dir, *sys.path])}
+            workers = [
+                subprocess.Popen(
+                    [sys.executable, "-c", _APPENDER, self.dsn, self.table, f"p{n}", "25"], env=env
+                )
+                for n in range(4)
+            ]
+            assert [worker.wait(timeout=120) for worker in workers] == [0, 0, 0, 0]
+            stored = store.load("s")
+            assert sorted(texts(stored)) == sorted(f"p{n}-{i}" for n in range(4) for i in range(25))
+            assert [e.seq for e in stored.entries] == list(range(100))
+        finally:
+            store.close()
+
+    def test_close_then_reuse(self) -> None:
+        store = self.store_factory()()
+        head = store.write("s", create("x"))
+        store.close()
+        store.close()
+        assert store.load("s").head == head, "a closed store reconnects on next use"
+        store.close()
+
+    def test_async_side_belongs_to_one_event_loop(self) -> None:
+        store = self.store_factory()()
+
+        async def load() -> Any:
+            try:
+                return await store.aload("s")
+            finally:
+                await store.aclose()
+
+        first = asyncio.new_event_loop()
+        try:
+            head = first.run_until_complete(store.awrite("s", create("x")))
+            with pytest.raises(RuntimeError, match="belongs to another event loop"):
+                asyncio.run(store.aload("s"))
+            first.run_until_complete(store.aclose())
+        finally:
+            first.close()
+        assert asyncio.run(load()).head == head, "after aclose a new loop gets a new connection"
+
+    def test_server_down_raises_unavailable_then_work_resumes(self) -> None:
+        script, cause = type(self).control(), type(self).driver_error()
+        store = self.outage_store()
+        try:
+            head = store.write("s", create("one"))
+            head = store.write("s", append(head, "two"))
+            with stopped(script):
+                calls = {
+                    "write": ("s", append(head, "lost")),
+                    "load": ("s",),
+                    "delete": ("s",),
+                    "listing": (),
+                }
+                for action, args in calls.items():
+                    method = getattr(store, "ids" if action == "listing" else action)
+                    with pytest.raises(StoreUnavailableError, match=f" {action} .*failed") as caught:
+                        method(*args)
+                    assert isinstance(caught.value.__cause__, cause)
+            stored = store.load("s")
+            assert (stored.head, texts(stored)) == (head, ["one", "two"]), "nothing written while down"
+            assert store.write("s", append(head, "three")).tail == 3
+        finally:
+            store.close()
+
+    def test_server_down_raises_unavailable_then_work_resumes_async(self) -> None:
+        script, cause = type(self).control(), type(self).driver_error()
+        store = self.outage_store()
+
+        async def main() -> None:
+            try:
+                head = await store.awrite("s", create("one"))
+                with stopped(script):
+                    with pytest.raises(StoreUnavailableError, match="write of session 's' failed") as caught:
+                        await store.awrite("s", append(head, "lost"))
+                    assert isinstance(caught.value.__cause__, cause)
+                    with pytest.raises(StoreUnavailableError, match="listing failed"):
+                        await store.aids()
+                assert texts(await store.aload("s")) == ["one"]
+                assert (await store.awrite("s", append(head, "two"))).tail == 2
+            finally:
+                await store.aclose()
+
+        asyncio.run(main())
+
+
+class TestPostgresStoreServer(_Isolated, _LogServerChecks):
     store_name = "PostgresStore"
     extra = "postgres"
     driver_modules = ("psycopg", "psycopg_pool")
@@ -89,7 +207,7 @@ class TestPostgresStoreServer(_Isolated, ServerStoreChecks):
         return PostgresStore(self.dsn, table=self.table, timeout=1)
 
 
-class TestPostgresStoreGivenPool(_Isolated, StoreContract):
+class TestPostgresStoreGivenPool(_Isolated, LogStoreContract):
     """A pool of the caller's, whose connections are not in autocommit mode and return dicts."""
 
     @pytest.fixture(autouse=True)
@@ -106,28 +224,48 @@ class TestPostgresStoreGivenPool(_Isolated, StoreContract):
         return PostgresStore(self.pool, table=self.table)
 
 
-def test_table_is_created_on_first_use_with_its_columns(dsn: str, table: str) -> None:
-    store = PostgresStore(dsn, table=table)
-    try:
-        assert _query(dsn, "SELECT to_regclass(%s)", table) == [(None,)], "nothing happens before first use"
-        store.save("s", "x", 0, 60)
-        store.save("s", "y", 1)
-    finally:
-        store.close()
-    columns = _query(
+def _columns(dsn: str, table: str) -> list[tuple[Any, ...]]:
+    return _query(
         dsn,
         "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
         "WHERE table_name = %s ORDER BY ordinal_position",
         table,
     )
-    assert columns == [
-        ("id", "text", "NO"),
-        ("state", "text", "NO"),
+
+
+def test_tables_are_created_on_first_use_with_their_columns(dsn: str, table: str) -> None:
+    store = PostgresStore(dsn, table=table)
+    try:
+        assert _query(dsn, "SELECT to_regclass(%s)", f"{table}_heads") == [(None,)], (
+            "nothing before first use"
+        )
+        head = store.write("s", create("a", "b", summary="S", ttl=60))
+        store.write("s", append(head, "c"))
+    finally:
+        store.close()
+    assert _columns(dsn, f"{table}_heads") == [
+        ("session_id", "text", "NO"),
+        ("incarnation", "text", "NO"),
         ("revision", "bigint", "NO"),
+        ("summary", "text", "NO"),
+        ("tail", "bigint", "NO"),
+        ("counter", "text", "YES"),
         ("expires_at", "timestamp with time zone", "YES"),
         ("updated_at", "timestamp with time zone", "NO"),
     ]
-    assert _query(dsn, f"SELECT id, state, revision, expires_at FROM {table}") == [("s", "y", 2, None)]
+    assert _columns(dsn, f"{table}_log") == [
+        ("session_id", "text", "NO"),
+        ("seq", "bigint", "NO"),
+        ("message", "text", "NO"),
+        ("cost", "bigint", "NO"),
+    ]
+    assert _query(dsn, f"SELECT session_id, revision, summary, tail, counter FROM {table}_heads") == [
+        ("s", 1, "S", 3, "c")
+    ]
+    rows = _query(dsn, f"SELECT seq, message::json->>'content', cost FROM {table}_log ORDER BY seq")
+    assert rows == [(0, "a", 1), (1, "b", 1), (2, "c", 1)]
+    assert _query(dsn, f"SELECT key, value FROM {table}_meta") == [("schema_version", SCHEMA_VERSION)]
+    assert _query(dsn, "SELECT to_regclass(%s)", table) == [(None,)], "no whole-state table is created"
 
 
 def test_many_stores_creating_one_table_at_once(dsn: str, table: str) -> None:
@@ -138,7 +276,7 @@ def test_many_stores_creating_one_table_at_once(dsn: str, table: str) -> None:
     def first_use(index: int) -> None:
         try:
             barrier.wait()
-            stores[index].save(f"s{index}", "x", 0)
+            stores[index].write(f"s{index}", create())
         except BaseException as exc:
             errors.append(exc)
 
@@ -155,18 +293,47 @@ def test_many_stores_creating_one_table_at_once(dsn: str, table: str) -> None:
             store.close()
 
 
+def test_concurrent_creates_one_wins_the_others_conflict(dsn: str, table: str) -> None:
+    stores = [PostgresStore(dsn, table=table) for _ in range(6)]
+    stores[0].ids()  # the tables exist: the creates race on the row only
+    outcomes: list[str] = []
+    barrier = threading.Barrier(len(stores))
+
+    def create_it(index: int) -> None:
+        barrier.wait()
+        try:
+            stores[index].write("s", create(str(index)))
+            outcomes.append("won")
+        except ConflictError:
+            outcomes.append("conflict")
+        except BaseException as exc:
+            outcomes.append(repr(exc))
+
+    threads = [threading.Thread(target=create_it, args=(i,)) for i in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert sorted(outcomes) == ["conflict"] * 5 + ["won"]
+        assert len(texts(stores[0].load("s"))) == 1
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_custom_and_schema_qualified_tables_are_separate(dsn: str, table: str) -> None:
     schema = unique_name("rollmem_schema")
     _query(dsn, f"CREATE SCHEMA {schema}")
     default_named = PostgresStore(dsn, table=table)
     qualified = PostgresStore(dsn, table=f"{schema}.{table}")
     try:
-        default_named.save("s", "public", 0)
-        qualified.save("s", "schema", 0)
-        assert default_named.load("s") == StoredSession("public", 1)
-        assert qualified.load("s") == StoredSession("schema", 1)
+        default_named.write("s", create("public"))
+        qualified.write("s", create("schema"))
+        assert texts(default_named.load("s")) == ["public"]
+        assert texts(qualified.load("s")) == ["schema"]
         assert qualified.table == f"{schema}.{table}"
-        assert _query(dsn, f"SELECT state FROM {schema}.{table}") == [("schema",)]
+        assert _query(dsn, f"SELECT message::json->>'content' FROM {schema}.{table}_log") == [("schema",)]
     finally:
         default_named.close()
         qualified.close()
@@ -175,16 +342,37 @@ def test_custom_and_schema_qualified_tables_are_separate(dsn: str, table: str) -
 
 def test_default_table_name(dsn: str) -> None:
     session_id = unique_name("default-table")
-    existed = _query(dsn, "SELECT to_regclass('rollmem_sessions')") != [(None,)]
+    existed = _query(dsn, "SELECT to_regclass('rollmem_sessions_heads')") != [(None,)]
     store = PostgresStore(dsn)
     try:
-        store.save(session_id, "x", 0)
-        assert _query(dsn, "SELECT state FROM rollmem_sessions WHERE id = %s", session_id) == [("x",)]
+        store.write(session_id, create("x"))
+        assert _query(dsn, "SELECT tail FROM rollmem_sessions_heads WHERE session_id = %s", session_id) == [
+            (1,)
+        ]
         assert store.delete(session_id) is True
     finally:
         store.close()
         if not existed:
             drop_table(dsn, "rollmem_sessions")
+
+
+def test_long_table_names_keep_their_derived_names_within_63_characters(dsn: str) -> None:
+    table = unique_name("rollmem_test").ljust(63, "x")
+    store = PostgresStore(dsn, table=table)
+    try:
+        head = store.write("s", create("a", ttl=60))
+        store.write("s", append(head, "b"))
+        assert texts(store.load("s")) == ["a", "b"]
+        names = [
+            row[0]
+            for row in _query(dsn, "SELECT relname FROM pg_class WHERE relname LIKE %s", table[:40] + "%")
+        ]
+        assert len(names) >= 4
+        assert all(len(name) <= 63 for name in names)
+        assert len(set(names)) == len(names)
+    finally:
+        store.close()
+        drop_table(dsn, table)
 
 
 @pytest.mark.parametrize(
@@ -223,36 +411,40 @@ def test_bad_conninfo_or_pool() -> None:
 def test_expiry_uses_the_column_and_purge_deletes_rows(dsn: str, table: str) -> None:
     store = PostgresStore(dsn, table=table)
     try:
-        store.save("old", "x", 0, 0.05)
-        store.save("new", "x", 0, 60)
-        store.save("huge", "x", 0, 1e300)
-        _query(dsn, f"UPDATE {table} SET expires_at = now() - interval '1 second' WHERE id = 'old'")
+        store.write("old", create("x", ttl=0.05))
+        store.write("new", create("x", ttl=60))
+        store.write("huge", create("x", ttl=1e300))
+        heads = f"{table}_heads"
+        _query(dsn, f"UPDATE {heads} SET expires_at = now() - interval '1 second' WHERE session_id = 'old'")
         assert store.load("old") is None
-        assert len(_query(dsn, f"SELECT id FROM {table}")) == 3, "an expired row stays until purged"
+        assert len(_query(dsn, f"SELECT session_id FROM {heads}")) == 3, "an expired row stays until purged"
         assert store.purge_expired() == 1
-        assert sorted(_query(dsn, f"SELECT id FROM {table}")) == [("huge",), ("new",)]
+        assert sorted(_query(dsn, f"SELECT session_id FROM {heads}")) == [("huge",), ("new",)]
+        assert sorted(_query(dsn, f"SELECT session_id FROM {table}_log")) == [("huge",), ("new",)]
         years = _query(
             dsn,
-            f"SELECT extract(year FROM expires_at) - extract(year FROM now()) FROM {table} WHERE id = 'huge'",
+            f"SELECT extract(year FROM expires_at) - extract(year FROM now()) FROM {heads} "
+            "WHERE session_id = 'huge'",
         )[0][0]
         assert years > 300, "a huge ttl means practically never"
     finally:
         store.close()
 
 
-def test_a_failed_save_writes_nothing(dsn: str, table: str) -> None:
-    """The save is one transaction: an error inside it (here the row is locked past the
-    statement timeout) leaves the previous revision."""
+def test_a_failed_write_writes_nothing(dsn: str, table: str) -> None:
+    """A write is one transaction: an error inside it (here the head row is locked past the
+    lock timeout) leaves the session as it was."""
     store = PostgresStore(f"{dsn}?options=-c%20lock_timeout%3D200", table=table)
     try:
-        store.save("s", "one", 0)
+        head = store.write("s", create("one"))
         with psycopg.connect(dsn) as locker:
-            locker.execute(f"SELECT * FROM {table} WHERE id = 's' FOR UPDATE")
-            with pytest.raises(StoreUnavailableError, match=r"save of session 's' failed: .*lock timeout"):
-                store.save("s", "two", 1)
+            locker.execute(f"SELECT * FROM {table}_heads WHERE session_id = 's' FOR UPDATE")
+            with pytest.raises(StoreUnavailableError, match=r"write of session 's' failed: .*lock timeout"):
+                store.write("s", append(head, "two"))
             locker.rollback()
-        assert store.load("s") == StoredSession("one", 1)
-        assert store.save("s", "two", 1) == 2
+        stored = store.load("s")
+        assert (stored.head, texts(stored)) == (head, ["one"])
+        assert store.write("s", append(head, "two")).tail == 2
     finally:
         store.close()
 
@@ -260,18 +452,18 @@ def test_a_failed_save_writes_nothing(dsn: str, table: str) -> None:
 def test_given_pools_serve_one_side_and_stay_open(dsn: str, table: str) -> None:
     with psycopg_pool.ConnectionPool(dsn, min_size=1, open=True) as pool:
         store = PostgresStore(pool, table=table)
-        store.save("s", "x", 0)
+        head = store.write("s", create("x"))
         store.close()
         assert not pool.closed
-        assert store.load("s") == StoredSession("x", 1)
-        with pytest.raises(TypeError, match="given a blocking ConnectionPool: use load, save"):
+        assert texts(store.load("s")) == ["x"]
+        with pytest.raises(TypeError, match="given a blocking ConnectionPool: use load, write"):
             asyncio.run(store.aload("s"))
 
     async def main() -> None:
         async with psycopg_pool.AsyncConnectionPool(dsn, min_size=1, open=False) as given:
             async_store = PostgresStore(given, table=table)
-            assert await async_store.aload("s") == StoredSession("x", 1)
-            assert await async_store.asave("s", "y", 1) == 2
+            assert texts(await async_store.aload("s")) == ["x"]
+            assert (await async_store.awrite("s", append(head, "y"))).tail == 2
             await async_store.aclose()
             assert not given.closed
             with pytest.raises(TypeError, match="given an AsyncConnectionPool: use the a-methods"):
@@ -283,21 +475,124 @@ def test_given_pools_serve_one_side_and_stay_open(dsn: str, table: str) -> None:
 def test_conflict_names_the_live_revision(dsn: str, table: str) -> None:
     store = PostgresStore(dsn, table=table)
     try:
-        store.save("s", "x", 0)
-        store.save("s", "x", 1)
-        with pytest.raises(
-            ConflictError, match="session 's': saved against revision 1 but the store is at revision 2"
-        ):
-            store.save("s", "x", 1)
+        head = store.write("s", create("x"))
+        store.write("s", LogWrite(head.incarnation, expected_revision=1, cut=1, counter="c"))
+        with pytest.raises(ConflictError, match="written against revision 1 but the store is at revision 2"):
+            store.write("s", LogWrite(head.incarnation, expected_revision=1, cut=1, counter="c"))
+        with pytest.raises(ConflictError, match="'" + "x" * 100 + r"'\.\.\. \(1000 characters\)"):
+            store.write("x" * 1000, append(head, "y"))
     finally:
         store.close()
+
+
+# -- migration from the whole-state table (schema version 1) --------------------------------------
+
+
+def _old_table(dsn: str, table: str, *rows: tuple[str, str, int]) -> None:
+    """The table the whole-state PostgresStore wrote, with ``rows`` of (id, state, revision)."""
+    _query(
+        dsn,
+        f"CREATE TABLE {table} (id text PRIMARY KEY, state text NOT NULL, revision bigint NOT NULL, "
+        "expires_at timestamptz, updated_at timestamptz NOT NULL DEFAULT now())",
+    )
+    for row in rows:
+        _query(dsn, f"INSERT INTO {table} (id, state, revision) VALUES (%s, %s, %s)", *row)
+
+
+_PLAIN = json.dumps({"version": 2, "summary": "S", "buffer": [{"role": "user", "content": "x"}]})
+
+
+def test_a_whole_state_session_loads_then_moves_on_its_next_write(dsn: str, table: str) -> None:
+    _old_table(dsn, table, ("old", _PLAIN, 4), ("other", _PLAIN, 1))
+    store = PostgresStore(dsn, table=table)
+    try:
+        stored = store.load("old")
+        assert (stored.head.incarnation, stored.head.summary, texts(stored)) == ("legacy", "S", ["x"])
+        assert stored.entries[0].cost == -1, "unknown cost"
+        assert store.ids() == ["old", "other"]
+        head = store.write("old", LogWrite(stored.head.incarnation, (create("y").entries[0],)))
+        assert head.tail == 2
+        assert _query(dsn, f"SELECT id FROM {table}") == [("other",)], "moved out of the old table"
+        stored = store.load("old")
+        assert (stored.head.summary, texts(stored), [e.seq for e in stored.entries]) == (
+            "S",
+            ["x", "y"],
+            [0, 1],
+        )
+        assert store.ids() == ["old", "other"]
+        assert store.delete("other") is True
+        assert store.load("other") is None
+        assert store.ids() == ["old"]
+        assert _query(dsn, f"SELECT key, value FROM {table}_meta") == [("schema_version", SCHEMA_VERSION)]
+    finally:
+        store.close()
+
+
+def test_sessions_continue_a_whole_state_session(dsn: str, table: str) -> None:
+    """A session saved through the whole-state adapter (its "log" object kept) carries on."""
+    _old_table(dsn, table, ("s", _PLAIN, 1))
+    store = PostgresStore(dsn, table=table)
+    try:
+        sessions = Sessions(store, BufferMemory)
+        with sessions.open("s") as memory:
+            assert [m.content for m in memory.buffer] == ["x"]
+            memory.add_user_message("y")
+        with sessions.open("s") as memory:
+            assert (memory.summary, [m.content for m in memory.buffer]) == ("S", ["x", "y"])
+        assert _query(dsn, f"SELECT count(*) FROM {table}") == [(0,)]
+    finally:
+        store.close()
+
+
+def test_a_fold_moving_a_whole_state_session_drops_what_it_folded(dsn: str, table: str) -> None:
+    state = json.dumps(
+        {"version": 2, "summary": "", "buffer": [{"role": "user", "content": c} for c in "abc"]}
+    )
+    _old_table(dsn, table, ("s", state, 1))
+    store = PostgresStore(dsn, table=table)
+    try:
+        head = store.load("s").head
+        store.write(
+            "s", LogWrite(head.incarnation, expected_revision=head.revision, summary="AB", cut=2, keep=(0,))
+        )
+        stored = store.load("s")
+        assert (stored.head.summary, texts(stored), stored.head.revision) == ("AB", ["a", "c"], 2)
+    finally:
+        store.close()
+
+
+def test_a_corrupt_whole_state_row_names_the_session(dsn: str, table: str) -> None:
+    _old_table(dsn, table, ("bad", "{not json", 1))
+    store = PostgresStore(dsn, table=table)
+    try:
+        with pytest.raises(StoreUnavailableError, match="session 'bad'"):
+            store.load("bad")
+        assert store.delete("bad") is True, "a corrupt row can still be deleted"
+    finally:
+        store.close()
+
+
+def test_a_newer_schema_version_is_refused(dsn: str, table: str) -> None:
+    store = PostgresStore(dsn, table=table)
+    store.write("s", create("x"))
+    store.close()
+    _query(dsn, f"UPDATE {table}_meta SET value = 99")
+    newer = PostgresStore(dsn, table=table)
+    try:
+        with pytest.raises(
+            StoreUnavailableError,
+            match="holds rollmem schema version 99; this rollmem reads versions 1 and 2: upgrade",
+        ):
+            newer.load("s")
+    finally:
+        newer.close()
 
 
 # -- through PgBouncer (transaction pooling; the rollmem_test_session alias pools by session) ----
 
 
 class _ThroughPgBouncer:
-    """Each test gets its own table, reached through PgBouncer, dropped afterwards."""
+    """Each test gets its own tables, reached through PgBouncer, dropped afterwards."""
 
     @pytest.fixture(autouse=True)
     def _isolate(self) -> Iterator[None]:
@@ -312,15 +607,15 @@ class _ThroughPgBouncer:
         return self.store_factory()()
 
 
-class TestPostgresStoreThroughPgBouncer(_ThroughPgBouncer, StoreContract):
+class TestPostgresStoreThroughPgBouncer(_ThroughPgBouncer, LogStoreContract):
     pass
 
 
-class TestPostgresStoreThroughPgBouncerAsync(_ThroughPgBouncer, AsyncStoreContract):
+class TestPostgresStoreThroughPgBouncerAsync(_ThroughPgBouncer, AsyncLogStoreContract):
     pass
 
 
-class TestPostgresStoreThroughPgBouncerServer(_ThroughPgBouncer, ServerStoreChecks):
+class TestPostgresStoreThroughPgBouncerServer(_ThroughPgBouncer, _LogServerChecks):
     """PgBouncer stopped mid-run."""
 
     store_name = "PostgresStore"
@@ -335,15 +630,23 @@ class TestPostgresStoreThroughPgBouncerServer(_ThroughPgBouncer, ServerStoreChec
 
 
 def _turns(store: PostgresStore, session_ids: list[str], turns: int) -> list[BaseException]:
-    """Each thread loads and saves its session ``turns`` times (well past psycopg's threshold
-    for preparing a statement on the server); return the errors."""
+    """Each thread creates its session, then loads it and appends or folds ``turns`` times
+    (well past psycopg's threshold for preparing a statement on the server); return the errors."""
     errors: list[BaseException] = []
 
     def work(session_id: str) -> None:
         try:
+            head = store.write(session_id, create())
             for turn in range(turns):
-                current = store.load(session_id)
-                store.save(session_id, str(turn), 0 if current is None else current.revision)
+                stored = store.load(session_id, since=head)
+                head = stored.head
+                if turn % 10 == 9:
+                    fold = LogWrite(
+                        head.incarnation, expected_revision=head.revision, cut=head.tail, counter="c"
+                    )
+                    head = store.write(session_id, fold)
+                else:
+                    head = store.write(session_id, append(head, str(turn)))
         except BaseException as exc:
             errors.append(exc)
 
@@ -365,7 +668,9 @@ def test_threads_through_pgbouncer_use_no_prepared_statements(database: str) -> 
     try:
         session_ids = [f"s{index}" for index in range(6)]
         assert _turns(store, session_ids, 60) == []
-        assert [store.load(session_id) for session_id in session_ids] == [StoredSession("59", 60)] * 6
+        for session_id in session_ids:
+            stored = store.load(session_id)
+            assert (stored.head.revision, stored.head.tail, texts(stored)) == (7, 54, [])
     finally:
         store.close()
         drop_table(postgres_dsn(), table)

@@ -1,8 +1,9 @@
 """Sessions in PostgreSQL: :class:`PostgresStore` (extra ``postgres``: psycopg 3 and psycopg_pool).
 
-One table (created on first use) holds a row per session: ``id``, ``state``, ``revision``,
-``expires_at`` and ``updated_at``. Every operation is written once, as a generator of SQL
-steps; the blocking and the async methods only drive it on their kind of connection.
+A log store: ``<table>_heads`` (a row per session) and ``<table>_log`` (a row per message),
+created on first use with ``<table>_meta`` (the schema version). Every operation is written
+once, as a generator of SQL steps; the blocking and the async methods only drive it on their
+kind of connection.
 """
 
 from __future__ import annotations
@@ -12,22 +13,24 @@ import hashlib
 import math
 import re
 import threading
+import uuid
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
-from ..errors import MissingExtraError, StoreUnavailableError
-from ._common import check_prefix, check_save, check_session_id, conflict, shown
-from ._protocol import StoredSession
+from ..errors import ConflictError, InvalidStateError, MissingExtraError, StoreUnavailableError
+from ._common import check_load, check_prefix, check_session_id, check_write, new_head, shown, write_conflict
+from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
+from ._whole import decode
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection, Connection
     from psycopg.sql import Composed
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-__all__ = ["PostgresStore"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
 T = TypeVar("T")
 Rows = list[tuple[Any, ...]]
@@ -68,58 +71,142 @@ def _ttl_seconds(ttl: Optional[float]) -> Optional[float]:
     return None if ttl is None else min(float(ttl), _MAX_TTL)
 
 
+SCHEMA_VERSION = 2
+"""The layout version this module records in ``<table>_meta``: 2 is the log layout
+(``<table>_heads`` plus ``<table>_log``). Sessions of the whole-state table ``<table>``
+(version 1) are read until their next write moves them. A newer version is refused."""
+
+
+def _derived(name: str, suffix: str) -> str:
+    """``name + suffix``, shortened (with a hash of ``name``) to PostgreSQL's 63 characters."""
+    if len(name) + len(suffix) > 63:
+        name = name[:40] + "_" + hashlib.sha256(name.encode()).hexdigest()[:10]
+    return name + suffix
+
+
 class _Sql(NamedTuple):
-    """The statements of one store, with its table name quoted as an identifier."""
+    """The statements of one store, with its table names quoted as identifiers."""
 
     create: tuple[Composed, ...]
+    version: Composed
+    set_version: Composed
+    has_legacy: Composed
     load: Composed
-    insert: Composed
-    update: Composed
-    revision: Composed
-    delete: Composed
+    load_legacy: Composed
+    lock_head: Composed
+    lock_legacy: Composed
+    insert_head: Composed
+    replace_head: Composed
+    update_head: Composed
+    clear_entries: Composed
+    cut_entries: Composed
+    insert_entries: Composed
+    delete_head: Composed
+    delete_legacy: Composed
     ids: Composed
+    ids_legacy: Composed
+    purge_entries: Composed
     purge: Composed
+    purge_legacy: Composed
 
 
 def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
     sql = psycopg.sql
-    table = sql.Identifier(*parts)
-    name = parts[-1]
-    if len(name) > 52:  # a long name keeps a unique index name within PostgreSQL's 63 characters
-        name = name[:40] + "_" + hashlib.sha256(name.encode()).hexdigest()[:10]
-    index = sql.Identifier(name + "_expires_at")
+    schema, name = parts[:-1], parts[-1]
+    names = {
+        "legacy": sql.Identifier(*parts),
+        "heads": sql.Identifier(*schema, _derived(name, "_heads")),
+        "log": sql.Identifier(*schema, _derived(name, "_log")),
+        "meta": sql.Identifier(*schema, _derived(name, "_meta")),
+        "index": sql.Identifier(_derived(name, "_heads_expires_at")),
+    }
 
     def q(text: str) -> Composed:
-        return sql.SQL(text).format(table=table, index=index)  # type: ignore[no-any-return]
+        return sql.SQL(text).format(**names)  # type: ignore[no-any-return]
 
+    head = "h.incarnation, h.revision, h.summary, h.tail, h.counter"
     return _Sql(
         create=(
             # Serializes concurrent first uses: CREATE ... IF NOT EXISTS alone can still collide.
             q("SELECT pg_advisory_xact_lock(hashtext('rollmem:' || %s))"),
+            q("CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value bigint NOT NULL)"),
             q(
-                "CREATE TABLE IF NOT EXISTS {table} (id text PRIMARY KEY, state text NOT NULL, "
-                "revision bigint NOT NULL, expires_at timestamptz, "
+                "CREATE TABLE IF NOT EXISTS {heads} (session_id text PRIMARY KEY, "
+                "incarnation text NOT NULL, revision bigint NOT NULL, summary text NOT NULL, "
+                "tail bigint NOT NULL, counter text, expires_at timestamptz, "
                 "updated_at timestamptz NOT NULL DEFAULT now())"
             ),
-            q("CREATE INDEX IF NOT EXISTS {index} ON {table} (expires_at) WHERE expires_at IS NOT NULL"),
+            q(
+                "CREATE TABLE IF NOT EXISTS {log} (session_id text NOT NULL, seq bigint NOT NULL, "
+                "message text NOT NULL, cost bigint NOT NULL, PRIMARY KEY (session_id, seq))"
+            ),
+            q("CREATE INDEX IF NOT EXISTS {index} ON {heads} (expires_at) WHERE expires_at IS NOT NULL"),
         ),
-        load=q(f"SELECT state, revision FROM {{table}} WHERE id = %s AND {_LIVE}"),
-        # An expired row counts as absent: the insert takes its place in the same statement.
-        insert=q(
-            "INSERT INTO {table} AS old (id, state, revision, expires_at, updated_at) "
-            f"VALUES (%s, %s, 1, {_EXPIRES}, now()) "
-            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, revision = 1, "
-            "expires_at = excluded.expires_at, updated_at = excluded.updated_at "
-            "WHERE old.expires_at IS NOT NULL AND old.expires_at <= now()"
+        version=q("SELECT value FROM {meta} WHERE key = 'schema_version'"),
+        set_version=q(
+            "INSERT INTO {meta} (key, value) VALUES ('schema_version', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         ),
-        update=q(
-            f"UPDATE {{table}} SET state = %s, revision = revision + 1, expires_at = {_EXPIRES}, "
-            f"updated_at = now() WHERE id = %s AND revision = %s AND {_LIVE}"
+        has_legacy=q("SELECT to_regclass(%s) IS NOT NULL"),
+        # One statement: the live head and its entries from `first` (the caller's tail when its
+        # incarnation and revision still hold, else 0). A head without entries gives one row of NULLs.
+        load=q(
+            f"SELECT {head}, l.seq, l.message, l.cost, "
+            "(h.incarnation = %s AND h.revision = %s) AS delta FROM {heads} h "
+            "LEFT JOIN {log} l ON l.session_id = h.session_id AND l.seq >= "
+            "CASE WHEN h.incarnation = %s AND h.revision = %s THEN %s ELSE 0 END "
+            f"WHERE h.session_id = %s AND {_LIVE.replace('expires_at', 'h.expires_at')} ORDER BY l.seq"
         ),
-        revision=q(f"SELECT revision FROM {{table}} WHERE id = %s AND {_LIVE}"),
-        delete=q(f"DELETE FROM {{table}} WHERE id = %s RETURNING {_LIVE}"),
-        ids=q(f"SELECT id FROM {{table}} WHERE id LIKE %s ESCAPE '\\' AND {_LIVE}"),
-        purge=q("DELETE FROM {table} WHERE expires_at <= now()"),
+        # The same, falling back to the whole-state table when no head row is there.
+        load_legacy=q(
+            f"SELECT {head}, l.seq, l.message, l.cost, "
+            "(h.incarnation = %s AND h.revision = %s) AS delta, NULL AS state FROM {heads} h "
+            "LEFT JOIN {log} l ON l.session_id = h.session_id AND l.seq >= "
+            "CASE WHEN h.incarnation = %s AND h.revision = %s THEN %s ELSE 0 END "
+            f"WHERE h.session_id = %s AND {_LIVE.replace('expires_at', 'h.expires_at')} "
+            "UNION ALL SELECT NULL, revision, NULL, NULL, NULL, NULL, NULL, NULL, NULL, state "
+            f"FROM {{legacy}} WHERE id = %s AND {_LIVE} "
+            "AND NOT EXISTS (SELECT 1 FROM {heads} WHERE session_id = %s) ORDER BY 6"
+        ),
+        lock_head=q(
+            f"SELECT incarnation, revision, summary, tail, counter, {_LIVE} FROM {{heads}} "
+            "WHERE session_id = %s FOR UPDATE"
+        ),
+        lock_legacy=q(f"SELECT state, revision FROM {{legacy}} WHERE id = %s AND {_LIVE} FOR UPDATE"),
+        insert_head=q(
+            "INSERT INTO {heads} (session_id, incarnation, revision, summary, tail, counter, "
+            f"expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, {_EXPIRES}, now()) "
+            "ON CONFLICT (session_id) DO NOTHING"
+        ),
+        replace_head=q(
+            "UPDATE {heads} SET incarnation = %s, revision = %s, summary = %s, tail = %s, "
+            f"counter = %s, expires_at = {_EXPIRES}, updated_at = now() WHERE session_id = %s"
+        ),
+        update_head=q(
+            "UPDATE {heads} SET revision = %s, summary = %s, tail = %s, counter = %s, "
+            f"expires_at = {_EXPIRES}, updated_at = now() WHERE session_id = %s"
+        ),
+        clear_entries=q("DELETE FROM {log} WHERE session_id = %s"),
+        cut_entries=q(
+            "DELETE FROM {log} WHERE session_id = %s AND seq < %s AND NOT (seq = ANY(%s::bigint[]))"
+        ),
+        insert_entries=q(
+            "INSERT INTO {log} (session_id, seq, message, cost) "
+            "SELECT %s, seq, message, cost FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) "
+            "AS e(seq, message, cost)"
+        ),
+        delete_head=q(f"DELETE FROM {{heads}} WHERE session_id = %s RETURNING {_LIVE}"),
+        delete_legacy=q(f"DELETE FROM {{legacy}} WHERE id = %s RETURNING {_LIVE}"),
+        ids=q(f"SELECT session_id FROM {{heads}} WHERE session_id LIKE %s ESCAPE '\\' AND {_LIVE}"),
+        ids_legacy=q(
+            f"SELECT session_id FROM {{heads}} WHERE session_id LIKE %s ESCAPE '\\' AND {_LIVE} "
+            f"UNION SELECT id FROM {{legacy}} WHERE id LIKE %s ESCAPE '\\' AND {_LIVE}"
+        ),
+        purge_entries=q(
+            "DELETE FROM {log} WHERE session_id IN (SELECT session_id FROM {heads} WHERE expires_at <= now())"
+        ),
+        purge=q("DELETE FROM {heads} WHERE expires_at <= now()"),
+        purge_legacy=q("DELETE FROM {legacy} WHERE expires_at <= now()"),
     )
 
 
@@ -140,7 +227,8 @@ class _NoTransaction:
 
 
 class PostgresStore:
-    """A session store in a PostgreSQL table, shared by every process that reaches the server.
+    """A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`)
+    in PostgreSQL, shared by every process that reaches the server.
 
     ``conninfo_or_pool`` is a libpq connection string or URI, a ``psycopg_pool.ConnectionPool``
     for the blocking methods, or an ``AsyncConnectionPool`` for the ``a``-methods. From a
@@ -155,16 +243,22 @@ class PostgresStore:
     connections the store opens never prepare statements on the server
     (``prepare_threshold=None``), since a pooler may run the next transaction on another
     server connection, where the prepared statement is missing or means something else; each
-    save is one transaction and the store sets no session state. A pool you pass keeps your
+    call is one transaction and the store sets no session state. A pool you pass keeps your
     settings: to use one behind PgBouncer in transaction mode, open it with
     ``kwargs={"prepare_threshold": None}`` (and ``autocommit=True`` if you like, as the store
     does).
 
-    ``table`` (a name or ``schema.name``, quoted as an identifier) is created on first use.
-    A save is one transaction: ``INSERT ... ON CONFLICT`` for a new session (an expired row
-    counts as absent), ``UPDATE ... WHERE revision = %s`` otherwise. ``ttl`` sets
-    ``expires_at``; expired rows are invisible and :meth:`purge_expired` deletes them.
-    Driver errors (unreachable server, pool timeout, SQL errors) raise
+    ``table`` (a name or ``schema.name``, quoted as an identifier) names the tables, created on
+    first use: ``<table>_heads`` (session id, incarnation, revision, summary, tail, counter
+    identity, ``expires_at``), ``<table>_log`` (session id, sequence number, message JSON,
+    token cost) and ``<table>_meta`` (the schema version, :data:`SCHEMA_VERSION`; a newer one
+    is refused). A ``load`` is one query; a ``write`` is one transaction that locks the head
+    row, checks it with the log rules (see :class:`~rollmem.stores.LogStore`), deletes the
+    folded rows and inserts the new ones. Sessions saved by the whole-state release in the
+    table ``<table>`` itself are read from it while they have no head row and move to the log
+    tables at their next write, in the same transaction. ``ttl`` sets ``expires_at``; expired
+    sessions are invisible and :meth:`purge_expired` deletes their rows. Driver errors
+    (unreachable server, pool timeout, SQL errors) raise
     :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception.
     """
 
@@ -185,6 +279,8 @@ class PostgresStore:
         self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._ready = False
+        self._legacy = False  # the whole-state table of version 1 is there
+        self._sql_table_name = ".".join(f'"{part}"' for part in parts)
         self._conninfo: Optional[str] = None
         self._pool: Optional[ConnectionPool[Any]] = None
         self._apool: Optional[AsyncConnectionPool[Any]] = None
@@ -214,7 +310,7 @@ class PostgresStore:
 
     @property
     def table(self) -> str:
-        """The name of the table holding the sessions."""
+        """The table name the store's tables are named after."""
         return self._table
 
     # -- pools ---------------------------------------------------------------------------------
@@ -238,7 +334,7 @@ class PostgresStore:
             return self._pool
         if self._conninfo is None:
             raise TypeError(
-                "this PostgresStore was given an AsyncConnectionPool: use the a-methods (aload, asave, ...)"
+                "this PostgresStore was given an AsyncConnectionPool: use the a-methods (aload, awrite, ...)"
             )
         from psycopg_pool import ConnectionPool
 
@@ -255,7 +351,9 @@ class PostgresStore:
         loop = asyncio.get_running_loop()
         if self._conninfo is None:
             if self._apool is None:
-                raise TypeError("this PostgresStore was given a blocking ConnectionPool: use load, save, ...")
+                raise TypeError(
+                    "this PostgresStore was given a blocking ConnectionPool: use load, write, ..."
+                )
             return self._apool
         from psycopg_pool import AsyncConnectionPool
 
@@ -298,44 +396,120 @@ class PostgresStore:
         yield lock, (self._table,)
         for statement in statements:
             yield statement, ()
+        _, rows = yield self._sql.version, ()
+        if rows and rows[0][0] not in (1, SCHEMA_VERSION):
+            found = rows[0][0]
+            raise StoreUnavailableError(
+                f"{self!r} holds rollmem schema version {found!r}; this rollmem reads versions 1 "
+                f"and {SCHEMA_VERSION}" + (": upgrade rollmem" if found > SCHEMA_VERSION else "")
+            )
+        if not rows or rows[0][0] != SCHEMA_VERSION:
+            yield self._sql.set_version, (SCHEMA_VERSION,)
+        _, rows = yield self._sql.has_legacy, (self._sql_table_name,)
+        self._legacy = bool(rows[0][0])
 
-    def _load_flow(self, session_id: str) -> Flow[Optional[StoredSession]]:
-        _, rows = yield self._sql.load, (session_id,)
-        return StoredSession(rows[0][0], rows[0][1]) if rows else None
+    def _legacy_session(self, session_id: str, state: str, revision: int) -> tuple[Head, list[LogEntry]]:
+        """A session still in the whole-state table, as a head and entries."""
+        try:
+            return decode(session_id, StoredSession(state, revision))
+        except InvalidStateError as exc:
+            raise StoreUnavailableError(f"{self!r}: the whole-state row of {exc}") from exc
 
-    def _save_flow(
-        self, session_id: str, state: str, expected_revision: int, ttl: Optional[float]
-    ) -> Flow[tuple[bool, int]]:
-        """(True, new revision), or (False, live revision) when another writer saved first."""
-        seconds = _ttl_seconds(ttl)
-        if expected_revision == 0:
-            count, _ = yield self._sql.insert, (session_id, state, seconds)
+    def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
+        incarnation, revision, tail = (
+            ("", 0, 0) if since is None else (since.incarnation, since.revision, since.tail)
+        )
+        params: list[Any] = [incarnation, revision, incarnation, revision, tail, session_id]
+        if self._legacy:
+            _, rows = yield self._sql.load_legacy, (*params, session_id, session_id)
         else:
-            count, _ = yield self._sql.update, (state, seconds, session_id, expected_revision)
-        if count == 1:
-            return True, expected_revision + 1
-        _, rows = yield self._sql.revision, (session_id,)
-        return False, rows[0][0] if rows else 0
+            _, rows = yield self._sql.load, params
+        if not rows:
+            return None
+        first = rows[0]
+        if first[0] is None:  # the whole-state row
+            head, legacy = self._legacy_session(session_id, first[9], first[1])
+            return StoredLog(head, tuple(legacy))
+        head = Head(first[0], first[1], first[2], first[3], first[4])
+        entries = tuple(LogEntry(row[6], row[7], row[5]) for row in rows if row[5] is not None)
+        return StoredLog(head, entries, since is not None and bool(first[8]))
+
+    def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
+        sql = self._sql
+        _, rows = yield sql.lock_head, (session_id,)
+        row_there = bool(rows)
+        head = Head(*rows[0][:5]) if rows and rows[0][5] else None
+        legacy: Optional[list[LogEntry]] = None
+        if not row_there and self._legacy:
+            _, rows = yield sql.lock_legacy, (session_id,)
+            if rows:
+                head, legacy = self._legacy_session(session_id, rows[0][0], rows[0][1])
+        error = write_conflict(session_id, head, change)
+        if error is not None:
+            raise error
+        updated = new_head(head, change, uuid.uuid4().hex)
+        seconds = _ttl_seconds(change.ttl)
+        values = (updated.revision, updated.summary, updated.tail, updated.counter, seconds, session_id)
+        kept: list[LogEntry] = []
+        if legacy is not None or head is None or change.create or change.replace:
+            # a new incarnation, a rewrite, or a whole-state session moving in: write it all
+            if legacy is not None and not change.replace:
+                keep = set(change.keep)
+                kept = [e for e in legacy if e.seq >= change.cut or e.seq in keep]
+            if row_there:
+                yield sql.clear_entries, (session_id,)
+                yield sql.replace_head, (updated.incarnation, *values)
+            else:
+                count, _ = yield sql.insert_head, (session_id, updated.incarnation, *values[:-1])
+                if count != 1:  # a concurrent create won
+                    raise ConflictError(
+                        f"session {shown(session_id)}: created as a new session but another writer "
+                        "created it first"
+                    )
+            if self._legacy:
+                yield sql.delete_legacy, (session_id,)
+        else:
+            if change.cut:
+                yield sql.cut_entries, (session_id, change.cut, sorted(set(change.keep)))
+            yield sql.update_head, values
+        first = updated.tail - len(change.entries)
+        kept.extend(LogEntry(e.message, e.cost, first + i) for i, e in enumerate(change.entries))
+        if kept:
+            yield (
+                sql.insert_entries,
+                (
+                    session_id,
+                    [e.seq for e in kept],
+                    [e.message for e in kept],
+                    [e.cost for e in kept],
+                ),
+            )
+        return updated
 
     def _delete_flow(self, session_id: str) -> Flow[bool]:
-        _, rows = yield self._sql.delete, (session_id,)
-        return bool(rows and rows[0][0])
+        _, rows = yield self._sql.delete_head, (session_id,)
+        live = bool(rows and rows[0][0])
+        yield self._sql.clear_entries, (session_id,)
+        if self._legacy:
+            _, rows = yield self._sql.delete_legacy, (session_id,)
+            live = live or bool(rows and rows[0][0])
+        return live
 
     def _ids_flow(self, prefix: str) -> Flow[list[str]]:
         pattern = re.sub(r"([\\%_])", r"\\\1", prefix) + "%"
-        _, rows = yield self._sql.ids, (pattern,)
-        return sorted(row[0] for row in rows)
+        if self._legacy:
+            _, rows = yield self._sql.ids_legacy, (pattern, pattern)
+        else:
+            _, rows = yield self._sql.ids, (pattern,)
+        return sorted({row[0] for row in rows})
 
     def _purge_flow(self) -> Flow[int]:
+        yield self._sql.purge_entries, ()
         count, _ = yield self._sql.purge, ()
+        if self._legacy:
+            legacy, _ = yield self._sql.purge_legacy, ()
+            count += legacy
         return count
-
-    @staticmethod
-    def _saved(session_id: str, expected_revision: int, result: tuple[bool, int]) -> int:
-        won, revision = result
-        if not won:
-            raise conflict(session_id, expected_revision, revision)
-        return revision
 
     # -- drivers ---------------------------------------------------------------------------------
 
@@ -386,18 +560,17 @@ class PostgresStore:
 
     # -- blocking methods ------------------------------------------------------------------------
 
-    def load(self, session_id: str) -> Optional[StoredSession]:
-        """The live session, or ``None`` when it is absent or expired."""
-        check_session_id(session_id)
-        return self._run("load", session_id, self._load_flow(session_id))
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """The live session, or ``None`` when it is absent or expired; with ``since``, only the
+        entries appended after it when its incarnation and revision still hold. One query."""
+        check_load(session_id, since)
+        return self._run("load", session_id, self._load_flow(session_id, since))
 
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
-        """Store ``state`` if the live revision is ``expected_revision`` (0: no live session) and
-        return the new revision; else raise ``ConflictError`` and change nothing. ``ttl``
-        (seconds) sets the expiry; without it the session never expires."""
-        check_save(session_id, state, expected_revision, ttl)
-        flow = self._save_flow(session_id, state, expected_revision, ttl)
-        return self._saved(session_id, expected_revision, self._run("save", session_id, flow, write=True))
+    def write(self, session_id: str, change: LogWrite) -> Head:
+        """Apply ``change`` in one transaction and return the new head; else raise
+        ``ConflictError`` and write nothing. A whole-state session is moved to the log tables."""
+        check_write(session_id, change)
+        return self._run("write", session_id, self._write_flow(session_id, change), write=True)
 
     def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if a live one was there."""
@@ -424,19 +597,15 @@ class PostgresStore:
 
     # -- async methods ---------------------------------------------------------------------------
 
-    async def aload(self, session_id: str) -> Optional[StoredSession]:
+    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        check_session_id(session_id)
-        return await self._arun("load", session_id, self._load_flow(session_id))
+        check_load(session_id, since)
+        return await self._arun("load", session_id, self._load_flow(session_id, since))
 
-    async def asave(
-        self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None
-    ) -> int:
-        """Async twin of :meth:`save`."""
-        check_save(session_id, state, expected_revision, ttl)
-        flow = self._save_flow(session_id, state, expected_revision, ttl)
-        result = await self._arun("save", session_id, flow, write=True)
-        return self._saved(session_id, expected_revision, result)
+    async def awrite(self, session_id: str, change: LogWrite) -> Head:
+        """Async twin of :meth:`write`."""
+        check_write(session_id, change)
+        return await self._arun("write", session_id, self._write_flow(session_id, change), write=True)
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
