@@ -1,8 +1,9 @@
 """The storage protocols behind :mod:`rollmem.sessions`.
 
 **The log protocol** (:class:`LogStore` / :class:`AsyncLogStore`, what every bundled store
-implements: ``MemoryStore``, ``SQLiteStore``, ``RedisStore``, ``PostgresStore``). A session is a :class:`Head` (summary,
-incarnation, revision, counter identity, next sequence number) plus an append-only log of
+implements: ``MemoryStore``, ``SQLiteStore``, ``RedisStore``, ``PostgresStore``). A session
+is a :class:`Head` (summary, incarnation, revision, counter identity, next sequence number)
+plus an append-only log of
 :class:`LogEntry` (one message as JSON text, its token cost, its sequence number). One method
 writes, :meth:`LogStore.write`, atomically:
 
