@@ -19,9 +19,9 @@ from typing import Any, Callable, ClassVar
 import pytest
 
 from rollmem.errors import StoreUnavailableError
-from rollmem.stores import AsyncStore, Store, StoredSession
+from rollmem.stores import AsyncLogStore, LogStore
 
-from .contract import assert_every_increment_won_once, compare_and_set_in_processes, service_url
+from .contract import append, create, service_url, texts
 
 __all__ = [
     "ServerStoreChecks",
@@ -184,24 +184,15 @@ class ServerStoreChecks:
 
     def test_implements_both_protocols(self) -> None:
         store = self.store_factory()()
-        assert isinstance(store, Store)
-        assert isinstance(store, AsyncStore)
-
-    def test_processes_never_lose_an_update(self) -> None:
-        make_store = self.store_factory()
-        won = compare_and_set_in_processes(make_store, "race", processes=8, saves=25)
-        store = make_store()
-        try:
-            assert_every_increment_won_once(store.load("race"), won, 8 * 25)
-        finally:
-            store.close()
+        assert isinstance(store, LogStore)
+        assert isinstance(store, AsyncLogStore)
 
     def test_close_then_reuse(self) -> None:
         store = self.store_factory()()
-        store.save("s", "x", 0)
+        head = store.write("s", create("x"))
         store.close()
         store.close()
-        assert store.load("s") == StoredSession("x", 1), "a closed store reconnects on next use"
+        assert store.load("s").head == head, "a closed store reconnects on next use"
         store.close()
 
     def test_async_side_belongs_to_one_event_loop(self) -> None:
@@ -215,29 +206,35 @@ class ServerStoreChecks:
 
         first = asyncio.new_event_loop()
         try:
-            first.run_until_complete(store.asave("s", "x", 0))
+            head = first.run_until_complete(store.awrite("s", create("x")))
             with pytest.raises(RuntimeError, match="belongs to another event loop"):
                 asyncio.run(store.aload("s"))
             first.run_until_complete(store.aclose())
         finally:
             first.close()
-        assert asyncio.run(load()) == StoredSession("x", 1), "after aclose a new loop gets a new connection"
+        assert asyncio.run(load()).head == head, "after aclose a new loop gets a new connection"
 
     def test_server_down_raises_unavailable_then_work_resumes(self) -> None:
         script, cause = type(self).control(), type(self).driver_error()
         store = self.outage_store()
         try:
-            store.save("s", "one", 0)
-            store.save("s", "two", 1)
+            head = store.write("s", create("one"))
+            head = store.write("s", append(head, "two"))
             with stopped(script):
-                calls = {"save": ("s", "lost", 2), "load": ("s",), "delete": ("s",), "listing": ()}
+                calls = {
+                    "write": ("s", append(head, "lost")),
+                    "load": ("s",),
+                    "delete": ("s",),
+                    "listing": (),
+                }
                 for action, args in calls.items():
                     method = getattr(store, "ids" if action == "listing" else action)
                     with pytest.raises(StoreUnavailableError, match=f" {action} .*failed") as caught:
                         method(*args)
                     assert isinstance(caught.value.__cause__, cause)
-            assert store.load("s") == StoredSession("two", 2), "nothing was written while the server was down"
-            assert store.save("s", "three", 2) == 3
+            stored = store.load("s")
+            assert (stored.head, texts(stored)) == (head, ["one", "two"]), "nothing written while down"
+            assert store.write("s", append(head, "three")).tail == 3
         finally:
             store.close()
 
@@ -247,15 +244,15 @@ class ServerStoreChecks:
 
         async def main() -> None:
             try:
-                await store.asave("s", "one", 0)
+                head = await store.awrite("s", create("one"))
                 with stopped(script):
-                    with pytest.raises(StoreUnavailableError, match="save of session 's' failed") as caught:
-                        await store.asave("s", "lost", 1)
+                    with pytest.raises(StoreUnavailableError, match="write of session 's' failed") as caught:
+                        await store.awrite("s", append(head, "lost"))
                     assert isinstance(caught.value.__cause__, cause)
                     with pytest.raises(StoreUnavailableError, match="listing failed"):
                         await store.aids()
-                assert await store.aload("s") == StoredSession("one", 1)
-                assert await store.asave("s", "two", 1) == 2
+                assert texts(await store.aload("s")) == ["one"]
+                assert (await store.awrite("s", append(head, "two"))).tail == 2
             finally:
                 await store.aclose()
 

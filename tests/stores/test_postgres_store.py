@@ -19,7 +19,7 @@ import pytest
 from rollmem import BufferMemory
 from rollmem.errors import ConflictError, StoreUnavailableError
 from rollmem.sessions import Sessions
-from rollmem.stores import AsyncLogStore, LogStore, LogWrite
+from rollmem.stores import LogWrite
 
 from .contract import AsyncLogStoreContract, LogStoreContract, append, create, texts
 from .servers import (
@@ -29,7 +29,6 @@ from .servers import (
     pgbouncer_dsn,
     postgres_ctl,
     postgres_dsn,
-    stopped,
     unique_name,
 )
 
@@ -98,11 +97,6 @@ class _LogServerChecks(ServerStoreChecks):
 
     table: str
 
-    def test_implements_both_protocols(self) -> None:
-        store = self.store_factory()()
-        assert isinstance(store, LogStore)
-        assert isinstance(store, AsyncLogStore)
-
     def test_processes_never_lose_an_update(self) -> None:
         """Four processes append at once: every message is kept once, numbered 0..99."""
         store = self.store_factory()()
@@ -122,77 +116,6 @@ class _LogServerChecks(ServerStoreChecks):
             assert [e.seq for e in stored.entries] == list(range(100))
         finally:
             store.close()
-
-    def test_close_then_reuse(self) -> None:
-        store = self.store_factory()()
-        head = store.write("s", create("x"))
-        store.close()
-        store.close()
-        assert store.load("s").head == head, "a closed store reconnects on next use"
-        store.close()
-
-    def test_async_side_belongs_to_one_event_loop(self) -> None:
-        store = self.store_factory()()
-
-        async def load() -> Any:
-            try:
-                return await store.aload("s")
-            finally:
-                await store.aclose()
-
-        first = asyncio.new_event_loop()
-        try:
-            head = first.run_until_complete(store.awrite("s", create("x")))
-            with pytest.raises(RuntimeError, match="belongs to another event loop"):
-                asyncio.run(store.aload("s"))
-            first.run_until_complete(store.aclose())
-        finally:
-            first.close()
-        assert asyncio.run(load()).head == head, "after aclose a new loop gets a new connection"
-
-    def test_server_down_raises_unavailable_then_work_resumes(self) -> None:
-        script, cause = type(self).control(), type(self).driver_error()
-        store = self.outage_store()
-        try:
-            head = store.write("s", create("one"))
-            head = store.write("s", append(head, "two"))
-            with stopped(script):
-                calls = {
-                    "write": ("s", append(head, "lost")),
-                    "load": ("s",),
-                    "delete": ("s",),
-                    "listing": (),
-                }
-                for action, args in calls.items():
-                    method = getattr(store, "ids" if action == "listing" else action)
-                    with pytest.raises(StoreUnavailableError, match=f" {action} .*failed") as caught:
-                        method(*args)
-                    assert isinstance(caught.value.__cause__, cause)
-            stored = store.load("s")
-            assert (stored.head, texts(stored)) == (head, ["one", "two"]), "nothing written while down"
-            assert store.write("s", append(head, "three")).tail == 3
-        finally:
-            store.close()
-
-    def test_server_down_raises_unavailable_then_work_resumes_async(self) -> None:
-        script, cause = type(self).control(), type(self).driver_error()
-        store = self.outage_store()
-
-        async def main() -> None:
-            try:
-                head = await store.awrite("s", create("one"))
-                with stopped(script):
-                    with pytest.raises(StoreUnavailableError, match="write of session 's' failed") as caught:
-                        await store.awrite("s", append(head, "lost"))
-                    assert isinstance(caught.value.__cause__, cause)
-                    with pytest.raises(StoreUnavailableError, match="listing failed"):
-                        await store.aids()
-                assert texts(await store.aload("s")) == ["one"]
-                assert (await store.awrite("s", append(head, "two"))).tail == 2
-            finally:
-                await store.aclose()
-
-        asyncio.run(main())
 
 
 class TestPostgresStoreServer(_Isolated, _LogServerChecks):

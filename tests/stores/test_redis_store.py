@@ -15,7 +15,7 @@ from typing import Any, Optional
 import pytest
 
 from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
-from rollmem.stores import AsyncLogStore, Head, LogEntry, LogStore, LogWrite
+from rollmem.stores import Head, LogEntry, LogWrite
 
 from .contract import AsyncLogStoreContract, LogStoreContract, append, create, texts
 from .servers import (
@@ -80,11 +80,6 @@ def _append_worker(
 class _LogServerChecks(ServerStoreChecks):
     """The server checks through the log protocol (the shared ones speak the whole-state one)."""
 
-    def test_implements_both_protocols(self) -> None:
-        store = self.store_factory()()
-        assert isinstance(store, LogStore)
-        assert isinstance(store, AsyncLogStore)
-
     def test_processes_never_lose_an_update(self) -> None:
         make_store = self.store_factory()
         store = make_store()
@@ -108,78 +103,6 @@ class _LogServerChecks(ServerStoreChecks):
             assert [e.seq for e in stored.entries] == list(range(120))
         finally:
             store.close()
-
-    def test_close_then_reuse(self) -> None:
-        store = self.store_factory()()
-        _put(store, "s", "x")
-        store.close()
-        store.close()
-        assert texts(store.load("s")) == ["x"], "a closed store reconnects on next use"
-        store.close()
-
-    def test_async_side_belongs_to_one_event_loop(self) -> None:
-        store = self.store_factory()()
-
-        async def load() -> Any:
-            try:
-                return await store.aload("s")
-            finally:
-                await store.aclose()
-
-        first = asyncio.new_event_loop()
-        try:
-            first.run_until_complete(store.awrite("s", create("x")))
-            with pytest.raises(RuntimeError, match="belongs to another event loop"):
-                asyncio.run(store.aload("s"))
-            first.run_until_complete(store.aclose())
-        finally:
-            first.close()
-        assert texts(asyncio.run(load())) == ["x"], "after aclose a new loop gets a new connection"
-
-    def test_server_down_raises_unavailable_then_work_resumes(self) -> None:
-        script, cause = type(self).control(), type(self).driver_error()
-        store = self.outage_store()
-        try:
-            head = _put(store, "s", "one")
-            store.write("s", append(head, "two"))
-            with stopped(script):
-                calls = {
-                    "write": ("s", append(head, "lost")),
-                    "load": ("s",),
-                    "delete": ("s",),
-                    "listing": (),
-                }
-                for action, args in calls.items():
-                    method = getattr(store, "ids" if action == "listing" else action)
-                    with pytest.raises(StoreUnavailableError, match=f" {action} .*failed") as caught:
-                        method(*args)
-                    assert isinstance(caught.value.__cause__, cause)
-            assert texts(store.load("s")) == ["one", "two"], "nothing was written while the server was down"
-            store.write("s", append(head, "three"))
-            assert texts(store.load("s")) == ["one", "two", "three"]
-        finally:
-            store.close()
-
-    def test_server_down_raises_unavailable_then_work_resumes_async(self) -> None:
-        script, cause = type(self).control(), type(self).driver_error()
-        store = self.outage_store()
-
-        async def main() -> None:
-            try:
-                head = await store.awrite("s", create("one"))
-                with stopped(script):
-                    with pytest.raises(StoreUnavailableError, match="write of session 's' failed") as caught:
-                        await store.awrite("s", append(head, "lost"))
-                    assert isinstance(caught.value.__cause__, cause)
-                    with pytest.raises(StoreUnavailableError, match="listing failed"):
-                        await store.aids()
-                assert texts(await store.aload("s")) == ["one"]
-                await store.awrite("s", append(head, "two"))
-                assert texts(await store.aload("s")) == ["one", "two"]
-            finally:
-                await store.aclose()
-
-        asyncio.run(main())
 
 
 class _Isolated:
