@@ -58,6 +58,7 @@ from .changes import (
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
 from .message import Message, message_from_dict
+from .stores._common import shown
 from .stores._protocol import (
     AsyncLogStore,
     AsyncStore,
@@ -456,6 +457,18 @@ class _SessionsBase(Generic[M]):
         """How many writes of this object lost a compare-and-set and were redone, in total."""
         return self._retries
 
+    def _count_retry(self, session_id: str, retries: int, cause: Optional[BaseException]) -> int:
+        """One more redo after a lost write (counted in :attr:`retries`), or ``ConflictError``
+        once ``max_retries`` redos were made."""
+        if retries >= self._max_retries:
+            raise ConflictError(
+                f"session {shown(session_id)}: not saved after {retries} retries; "
+                "other writers kept saving first"
+            ) from cause
+        with self._retries_lock:
+            self._retries += 1
+        return retries + 1
+
     def _new_memory(self) -> M:
         memory = self._factory()
         needed = ("record", "replay", "restore", "costs", "on_evict", "token_counter", "summary", "buffer")
@@ -512,11 +525,7 @@ class _SessionsBase(Generic[M]):
                     raise _Lost() from exc
                 if not plan.redoable:
                     raise _refused(session_id) from exc
-                if retries >= self._max_retries:
-                    raise ConflictError(
-                        f"session {session_id!r}: not saved after {retries} retries; "
-                        "other writers kept saving first"
-                    ) from exc
+                retries = self._count_retry(session_id, retries, exc)
             else:
                 first = head.tail - plan.new_count
                 if (
@@ -528,9 +537,6 @@ class _SessionsBase(Generic[M]):
                     seqs = [*plan.seqs_before_new, *range(first, head.tail)]
                     self._live.put(session_id, head, seqs, memory)
                 return changes
-            retries += 1
-            with self._retries_lock:
-                self._retries += 1
             latest: Optional[StoredLog] = yield _Load(session_id, None)
             loaded = _restore(memory, latest, session_id)
             changes = yield _Redo(memory, tuple(changes))
@@ -605,14 +611,7 @@ class Sessions(_SessionsBase[M]):
                     result = fn(memory)
                 return result
             except _Lost as lost:
-                if retries >= self._max_retries:
-                    raise ConflictError(
-                        f"session {session_id!r}: not saved after {retries} retries; "
-                        "other writers kept saving first"
-                    ) from lost.__cause__
-                retries += 1
-                with self._retries_lock:
-                    self._retries += 1
+                retries = self._count_retry(session_id, retries, lost.__cause__)
 
     @contextmanager
     def _block(self, session_id: str, redo: bool) -> Iterator[M]:
@@ -757,14 +756,7 @@ class AsyncSessions(_SessionsBase[M]):
                         result = await result
                 return cast(_T, result)
             except _Lost as lost:
-                if retries >= self._max_retries:
-                    raise ConflictError(
-                        f"session {session_id!r}: not saved after {retries} retries; "
-                        "other writers kept saving first"
-                    ) from lost.__cause__
-                retries += 1
-                with self._retries_lock:
-                    self._retries += 1
+                retries = self._count_retry(session_id, retries, lost.__cause__)
 
     @asynccontextmanager
     async def _block(self, session_id: str, redo: bool) -> AsyncIterator[M]:
