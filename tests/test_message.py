@@ -259,3 +259,43 @@ def test_message_from_dict_prefixes_the_path() -> None:
         message_from_dict({"role": "u", "content": "x", "tool_calls": [{"id": 7, "name": "f"}]}, "buffer[3]")
     assert str(info.value) == "buffer[3].tool_calls[0].id: expected str, got int"
     assert info.value.path == "buffer[3].tool_calls[0].id"
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"role": "user", "content": "hello"},
+        {"content": "", "role": "assistant"},
+        {"role": "tool", "content": "x", "id": "7"},
+        {"role": "user", "content": "caf\u00e9"},
+        Message("user", "already a message", pinned=True),
+    ],
+    ids=["plain", "key-order", "with-id", "non-ascii", "message"],
+)
+def test_stored_messages_read_alike_on_the_fast_path_and_the_full_one(item: Any) -> None:
+    """Loads read the common ``{"role", "content"}`` shape without the constructor's checks:
+    what they build equals, hashes, prints, copies and pickles as the constructor's message."""
+    (loaded,) = message_module._messages_from_dicts([item], "buffer")
+    built = item if isinstance(item, Message) else message_from_dict(item, "")
+    assert type(loaded) is Message
+    assert (loaded, hash(loaded), repr(loaded), loaded.to_dict()) == (
+        built,
+        hash(built),
+        repr(built),
+        built.to_dict(),
+    )
+    assert pickle.loads(pickle.dumps(loaded)) == copy.copy(loaded) == built
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.content = "changed"  # type: ignore[misc]
+
+
+def test_stored_messages_name_the_bad_one() -> None:
+    texts = ['{"role":"user","content":"a"}', '{"role":"user","content":"\\ud800"}', "{"]
+    with pytest.raises(InvalidStateError) as info:
+        message_module._messages_from_json(texts[:2], "buffer", 5)
+    assert info.value.path == "buffer[6].content"
+    with pytest.raises(InvalidStateError, match=r"^buffer\[7\]: stored message is not valid JSON"):
+        message_module._messages_from_json(texts[::2], "buffer", 6)
+    with pytest.raises(StateTypeError, match=r"^buffer\[1\]: expected a mapping, got list"):
+        message_module._messages_from_json(['{"role":"u","content":""}', "[]"], "buffer")
+    assert message_module._messages_from_json(texts[:1], "buffer") == [Message("user", "a")]

@@ -205,6 +205,35 @@ def test_rolling_eviction_matches_the_reference(buffer: list[Message], max_token
     assert ids(mem.buffer) == [m.id for i, m in enumerate(buffer) if i not in expected]
 
 
+@settings(max_examples=300, deadline=None)
+@given(buffers(min_size=1, max_size=10), st.integers(1, 15), st.data())
+def test_restoring_known_costs_evicts_as_counting_does(
+    buffer: list[Message], max_tokens: int, data: Any
+) -> None:
+    """``restore(costs=...)`` takes a plain buffer in bulk and any other one message by message:
+    either way the next add evicts exactly what the same state restored and counted evicts."""
+    target = data.draw(st.one_of(st.none(), st.integers(1, max_tokens)), label="target")
+    plain = data.draw(st.booleans(), label="plain")
+    if plain:  # no call, no result, no pin: the bulk path
+        buffer = [Message(m.role if m.role != "tool" else "user", m.content, id=m.id) for m in buffer]
+    loaded, new = buffer[:-1], buffer[-1]
+    runs = []
+    for known in (False, True):
+        batches: list[list[str]] = []
+
+        def summarize(summary: str, messages: Sequence[Message]) -> str:
+            batches.append(ids(messages))  # noqa: B023 - called before the loop moves on
+            return "x"
+
+        mem = RollingMemory(max_tokens, summarize, cost, target_tokens=target)
+        costs = [cost(m.content) for m in loaded] if known else None
+        mem.restore(state(loaded), costs=costs)
+        assert mem.costs() == [cost(m.content) for m in loaded]
+        add(mem, new)
+        runs.append((batches, ids(mem.buffer), mem.costs(), mem.stats().buffer_tokens))
+    assert runs[0] == runs[1]
+
+
 @settings(max_examples=200, deadline=None)
 @given(buffers(min_size=1, max_size=10), st.integers(1, 6))
 def test_window_eviction_matches_the_reference(buffer: list[Message], max_messages: int) -> None:

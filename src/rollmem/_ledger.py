@@ -3,7 +3,9 @@
 A *unit* is the smallest run of messages that may leave the buffer: a message with tool calls
 and everything up to the last result answering one of them, or any other message alone.
 Units, running totals and the index of eviction anchors are kept incrementally, so an append
-is O(1) amortized and a plan or commit costs O(units it evicts or steps over).
+is O(1) amortized and a plan or commit costs O(units it evicts or steps over). A buffer taken
+whole (a load, a resync) gets its units at the first plan that needs them: until then it costs
+two list copies and a sum.
 
 Positions are *absolute*: the message at list index ``i`` has absolute index ``offset + i``.
 Eviction removes units from the front (pinned units stay, moved up in front of the rest), so
@@ -108,8 +110,9 @@ class Ledger:
         self._calls: dict[str, list[int]] = {}  # tool call id -> absolute indices of its callers
         self._offset = 0
         self._guard = -1  # absolute stop of the plan in flight (-1: none)
+        self._pending = 0  # messages taken but not yet in units, anchors and calls (see _expand)
+        self._pinned = 0
         self.total = 0
-        self.pinned = 0
         self.epoch = 0  # bumped by every change but an append
 
     # -- keeping up with the buffer ---------------------------------------------------------
@@ -120,6 +123,12 @@ class Ledger:
         return self._guard >= 0
 
     @property
+    def pinned(self) -> int:
+        """The number of pinned messages."""
+        self._expand()
+        return self._pinned
+
+    @property
     def dirty(self) -> bool:
         """Whether ``items`` changed behind the ledger's back."""
         return self._stale or self.items.changes != self._seen
@@ -128,6 +137,11 @@ class Ledger:
         """Take a new list as the buffer; it is checked and counted at the next :meth:`sync`."""
         self.items = TrackedList(messages)
         self._stale = True
+
+    def load(self, messages: list[Message], costs: list[int]) -> None:
+        """Take ``messages`` (all ``Message``) with their known costs as the whole buffer."""
+        self.items = TrackedList(messages)
+        self._rebuild(messages, costs)
 
     def sync(self, measure: Measure) -> None:
         """Catch up with changes made to ``items`` directly, counting only messages not seen before.
@@ -149,17 +163,28 @@ class Ledger:
     def _rebuild(self, messages: list[Message], costs: list[int]) -> None:
         self.items.changes = self._seen = 0
         self._stale = False
-        self._shadow = []
-        self._costs = []
         self._units.clear()
         self._anchors.clear()
         self._calls.clear()
         self._offset = 0
         self._guard = -1
-        self.total = self.pinned = 0
+        self._pinned = 0
         self.epoch += 1
-        for message, cost in zip(messages, costs):
-            self._push(message, cost)
+        # Units, anchors and calls wait until a plan needs them (_expand): a turn that loads a
+        # session from a store, reads it and appends pays per stored message only these copies.
+        self._shadow = list(messages)
+        self._costs = list(costs)
+        self._pending = len(messages)
+        self.total = sum(costs)
+
+    def _expand(self) -> None:
+        """Put the pending messages into units, anchors and calls."""
+        if self._pending:
+            messages, costs = self._shadow, self._costs
+            self._shadow, self._costs = [], []
+            self._pending = self.total = 0
+            for message, cost in zip(messages, costs):
+                self._push(message, cost)
 
     def costs(self) -> list[int]:
         """The cost of each message, aligned with ``items`` when the ledger is not :attr:`dirty`."""
@@ -183,13 +208,19 @@ class Ledger:
         self._rebuild(list(shadow), list(self._costs))
 
     def _push(self, message: Message, cost: int) -> None:
+        if self._pending:  # still lazy: stay so
+            self._shadow.append(message)
+            self._costs.append(cost)
+            self.total += cost
+            self._pending += 1
+            return
         shadow = self._shadow
         index = self._offset + len(shadow)
         shadow.append(message)
         self._costs.append(cost)
         self.total += cost
         pinned = 1 if message.pinned else 0
-        self.pinned += pinned
+        self._pinned += pinned
         units = self._units
         call_id = message.tool_call_id
         callers = None if call_id is None else self._calls.get(call_id)
@@ -228,6 +259,7 @@ class Ledger:
         non-pinned unit does not start with a reply, if such a unit exists up to the newest."""
         if self.total <= limit:
             return None
+        self._expand()
         units = self._units
         remaining = self.total
         count = 0
@@ -250,6 +282,7 @@ class Ledger:
 
     def plan_keep_last(self, keep_last: int) -> Optional[Plan]:
         """Cut every non-pinned unit before the one holding the ``keep_last``-th newest message."""
+        self._expand()
         boundary = self._offset + len(self._shadow) - max(keep_last, 0)
         count = 0
         for unit in self._units:
@@ -264,7 +297,7 @@ class Ledger:
         units = self._units
         stop = units[count - 1].stop
         head = stop - self._offset
-        if not self.pinned:  # the common case: the cut is a plain prefix
+        if not self._pinned:  # the common case: the cut is a plain prefix
             messages = self._shadow[:head]
             cost = sum(self._costs[:head])
         else:
@@ -297,8 +330,8 @@ class Ledger:
         stop = units[plan.units - 1].stop
         head = stop - offset
         shadow = self._shadow
-        cut_messages = plan.messages if not self.pinned or not self._calls else shadow[:head]
-        if not self.pinned:  # the common case: the cut is a plain prefix
+        cut_messages = plan.messages if not self._pinned or not self._calls else shadow[:head]
+        if not self._pinned:  # the common case: the cut is a plain prefix
             for _ in range(plan.units):
                 units.popleft()
             moved: dict[int, int] = {}

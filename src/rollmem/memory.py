@@ -54,7 +54,16 @@ from .changes import (
 )
 from .counters import words
 from .errors import InvalidStateError
-from .message import ASSISTANT, NO_METADATA, SYSTEM, TOOL, USER, Message, ToolCall, message_from_dict
+from .message import (
+    ASSISTANT,
+    NO_METADATA,
+    SYSTEM,
+    TOOL,
+    USER,
+    Message,
+    ToolCall,
+    _messages_from_dicts,
+)
 from .policies import FoldAll, KeepAll, MessageWindow, Policy, TokenBudget
 
 __all__ = [
@@ -585,8 +594,9 @@ class _Memory:
         return memory
 
     def restore(self, data: Mapping[str, Any], *, costs: Optional[Sequence[int]] = None) -> None:
-        """Replace summary and buffer with the ``to_dict()`` output ``data`` (versions 1 and 2),
-        verbatim: no pruning, no summarizer call. With ``costs`` (one ``int`` >= 0 per message,
+        """Replace summary and buffer with the ``to_dict()`` output ``data`` (versions 1 and 2;
+        buffer items may also be ``Message`` objects), verbatim: no pruning, no summarizer call.
+        With ``costs`` (one ``int`` >= 0 per message,
         measured by this memory's policy, e.g. stored by :mod:`rollmem.sessions`) the messages
         are not counted again. Nothing changes on error; a fold in flight is discarded. The
         counters of ``stats()`` go on."""
@@ -598,7 +608,7 @@ class _Memory:
             known = list(costs)
             if len(known) != len(messages):
                 raise ValueError(f"costs: expected {len(messages)} costs, got {len(known)}")
-            if not all(type(cost) is int for cost in known) or (known and min(known) < 0):
+            if not set(map(type, known)) <= {int} or (known and min(known) < 0):
                 for index, cost in enumerate(known):  # name the bad one
                     v.check_int(f"costs[{index}]", cost, 0)
         self._restore(summary, messages, known)
@@ -606,10 +616,10 @@ class _Memory:
     def _restore(self, summary: str, messages: list[Message], costs: Optional[list[int]] = None) -> None:
         with self._lock:
             self._summary = summary
-            ledger = self._ledger
-            ledger.replace(messages)
-            if costs is not None:
-                ledger.sync(lambda message, position: costs[position])
+            if costs is None:
+                self._ledger.replace(messages)  # counted at the next sync
+            else:
+                self._ledger.load(messages, costs)
             self._generation += 1
             self._record(Restored(summary, tuple(messages)))
 
@@ -624,24 +634,7 @@ def _parse_state(data: object) -> tuple[str, list[Message]]:
         )
     summary = v.check_text(v.get_str(data, "summary", ""), "summary")
     items = v.get_list(data, "buffer", "")
-    messages = [
-        _plain_message(item) or message_from_dict(item, f"buffer[{index}]")
-        for index, item in enumerate(items)
-    ]
-    return summary, messages
-
-
-_PLAIN = frozenset(("role", "content"))
-
-
-def _plain_message(item: object) -> Optional[Message]:
-    """A shortcut for the common stored shape ``{"role": ..., "content": ...}`` in ASCII (which
-    the ``Message`` constructor cannot refuse): ``None`` sends anything else the full way."""
-    if type(item) is dict and item.keys() == _PLAIN:
-        role, content = item["role"], item["content"]
-        if type(role) is str and type(content) is str and role.isascii() and content.isascii():
-            return Message(role, content)
-    return None
+    return summary, _messages_from_dicts(items, "buffer")
 
 
 # -- sync and async drivers ------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Optional
 
@@ -239,6 +240,62 @@ def _tool_call_from_dict(data: object, path: str) -> ToolCall:
         v.check_text(v.get_str(data, "name", path), v.join(path, "name")),
         v.check_text(v.get_str(data, "arguments", path, ""), v.join(path, "arguments")),
     )
+
+
+# A message read in the plain shape holds only role and content in its instance dict (a load
+# builds one per stored message, and this keeps it cheap); its other fields are read from the
+# class-level defaults. The dataclass keeps no class-level default for a default_factory field.
+setattr(Message, "metadata", NO_METADATA)  # noqa: B010
+
+
+def _messages_from_dicts(items: Iterable[object], path: str, first: int = 0) -> list[Message]:
+    """:func:`message_from_dict` for each item, found at ``path[first]``, ``path[first + 1]``...;
+    a ``Message`` item is taken as it is. The common shape ``{"role": ..., "content": ...}`` in
+    ASCII, which cannot fail the constructor's checks, is built without them."""
+    messages: list[Message] = []
+    append = messages.append
+    new = object.__new__
+    for index, item in enumerate(items, first):
+        if type(item) is dict and len(item) == 2:
+            role, content = item.get("role"), item.get("content")
+            if type(role) is str and type(content) is str and role.isascii() and content.isascii():
+                message = new(Message)
+                fields = message.__dict__
+                fields["role"] = role
+                fields["content"] = content
+                append(message)
+                continue
+        append(item if type(item) is Message else message_from_dict(item, v.join(path, index)))
+    return messages
+
+
+def _messages_from_json(texts: Sequence[str], path: str, first: int = 0) -> list[Message]:
+    """The messages stored as the JSON texts of their ``to_dict()``, found at ``path[first]``...;
+    text that is not JSON or not a message raises :class:`~rollmem.errors.InvalidStateError`
+    naming the item."""
+    indices = range(first, first + len(texts))
+    return _messages_from_dicts(_parse_json(texts, path, indices), path, first)
+
+
+def _parse_json(texts: Sequence[str], path: str, indices: Iterable[int]) -> list[Any]:
+    """``json.loads`` of each text (one call for all when they are all good); an error names
+    the item at ``path[index]``."""
+    try:
+        items: list[Any] = json.loads("[" + ",".join(texts) + "]")
+        if len(items) == len(texts):
+            return items
+    except (ValueError, RecursionError):
+        pass
+    items = []
+    for index, text in zip(indices, texts):  # one by one, to name the bad one
+        try:
+            items.append(json.loads(text))
+        except RecursionError as exc:
+            raise InvalidStateError(v.join(path, index), "stored message is nested too deeply") from exc
+        except ValueError as exc:
+            problem = f"stored message is not valid JSON: {exc}"
+            raise InvalidStateError(v.join(path, index), problem) from exc
+    return items
 
 
 def message_from_dict(data: object, path: str) -> Message:

@@ -57,7 +57,7 @@ from .changes import (
 )
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
-from .message import Message, message_from_dict
+from .message import Message, _messages_from_json
 from .stores._common import shown
 from .stores._protocol import (
     AsyncLogStore,
@@ -162,27 +162,13 @@ def _named(session_id: str, error: InvalidStateError) -> InvalidStateError:
     return named
 
 
-def _items(session_id: str, entries: Sequence[LogEntry], first: int) -> list[Any]:
-    """The stored messages as parsed JSON; one parse for the whole buffer, entry by entry only to
-    name a bad one."""
+def _messages(session_id: str, entries: Sequence[LogEntry], first: int) -> list[Message]:
+    """The stored messages, as ``buffer[first]``...; a bad one raises ``InvalidStateError``
+    naming the session and the item."""
     try:
-        items: list[Any] = json.loads("[" + ",".join(entry.message for entry in entries) + "]")
-        if len(items) != len(entries):
-            raise ValueError("an entry holds more than one value")
-        return items
-    except (ValueError, RecursionError):
-        pass
-    items = []
-    for index, entry in enumerate(entries, first):
-        try:
-            items.append(json.loads(entry.message))
-        except RecursionError as exc:
-            problem = InvalidStateError(f"buffer[{index}]", "stored message is nested too deeply")
-            raise _named(session_id, problem) from exc
-        except ValueError as exc:
-            problem = InvalidStateError(f"buffer[{index}]", f"stored message is not valid JSON: {exc}")
-            raise _named(session_id, problem) from exc
-    return items
+        return _messages_from_json([entry.message for entry in entries], "buffer", first)
+    except InvalidStateError as exc:
+        raise _named(session_id, exc) from exc
 
 
 def _trusted_costs(memory: _SessionMemory, head: Head, entries: Sequence[LogEntry]) -> Optional[list[int]]:
@@ -191,7 +177,7 @@ def _trusted_costs(memory: _SessionMemory, head: Head, entries: Sequence[LogEntr
     if identity is None or head.counter != identity:
         return None
     costs = [entry.cost for entry in entries]
-    return costs if all(cost >= 0 for cost in costs) else None
+    return costs if not costs or min(costs) >= 0 else None  # -1: unknown (a migrated session)
 
 
 def _restore(memory: _SessionMemory, stored: Optional[StoredLog], session_id: str) -> _Loaded:
@@ -200,7 +186,7 @@ def _restore(memory: _SessionMemory, stored: Optional[StoredLog], session_id: st
     if stored is None:
         memory.restore(_EMPTY)
         return _Loaded(None, [], ())
-    data = {"version": 2, "summary": stored.head.summary, "buffer": _items(session_id, stored.entries, 0)}
+    data = {"version": 2, "summary": stored.head.summary, "buffer": _messages(session_id, stored.entries, 0)}
     try:
         memory.restore(data, costs=_trusted_costs(memory, stored.head, stored.entries))
     except InvalidStateError as exc:
@@ -485,11 +471,7 @@ class _SessionsBase(Generic[M]):
             memory = live.memory
             if stored.entries:  # others appended: add their messages (counted at the next add)
                 first = len(live.seqs)
-                items = _items(session_id, stored.entries, first)
-                try:
-                    added = [message_from_dict(item, f"buffer[{i}]") for i, item in enumerate(items, first)]
-                except InvalidStateError as exc:
-                    raise _named(session_id, exc) from exc
+                added = _messages(session_id, stored.entries, first)
                 memory.buffer = [*memory.buffer, *added]
             seqs = [*live.seqs, *(entry.seq for entry in stored.entries)]
             return memory, _Loaded(stored.head, seqs, tuple(memory.buffer))

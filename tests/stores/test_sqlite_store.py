@@ -226,6 +226,22 @@ def test_a_corrupt_row_is_reported_not_skipped(db_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.parametrize(
+    "corruption",
+    ["\"message\" = x'00'", "\"cost\" = 'abc'", "\"cost\" = 1.5"],
+    ids=["message-blob", "cost-text", "cost-real"],
+)
+def test_a_corrupt_entry_is_reported_not_skipped(db_path: Path, corruption: str) -> None:
+    store = SQLiteStore(db_path)
+    store.write("bad", create("x"))
+    store.write("bad", append(store.load("bad").head, "y"))  # type: ignore[union-attr]
+    with _raw(db_path) as conn:
+        conn.execute(f"UPDATE rollmem_log SET {corruption} WHERE session_id = 'bad' AND seq = 1")
+    with pytest.raises(StoreUnavailableError, match=r"rows of session 'bad' are corrupt \(entry 1\)"):
+        store.load("bad")
+    store.close()
+
+
 def test_a_locked_database_times_out_as_unavailable(db_path: Path) -> None:
     store = SQLiteStore(db_path, timeout=0.1)
     head = store.write("s", create("x"))

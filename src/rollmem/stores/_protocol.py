@@ -36,7 +36,7 @@ event loop. A store may implement only one side.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, runtime_checkable
+from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
 __all__ = [
     "AsyncLogStore",
@@ -76,9 +76,8 @@ class Head:
     """The identity of the token counter that measured the entries' costs (``None``: unknown)."""
 
 
-@dataclass(frozen=True)
-class LogEntry:
-    """One message of the log."""
+class LogEntry(NamedTuple):
+    """One message of the log (a named tuple: a load builds one per stored message)."""
 
     message: str
     """The JSON text of ``Message.to_dict()``."""
