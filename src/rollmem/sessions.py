@@ -58,7 +58,7 @@ from .changes import (
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
 from .message import Message, _messages_from_json
-from .stores._common import shown
+from .stores._common import new_head, shown
 from .stores._protocol import (
     AsyncLogStore,
     AsyncStore,
@@ -509,13 +509,10 @@ class _SessionsBase(Generic[M]):
                     raise _refused(session_id) from exc
                 retries = self._count_retry(session_id, retries, exc)
             else:
-                first = head.tail - plan.new_count
-                if (
-                    plan.change.replace
-                    or plan.change.create
-                    or loaded.head is None
-                    or first == loaded.head.tail
-                ):
+                # Kept live only when the store holds exactly this write on the loaded head: not
+                # when others wrote in between (a driver's resent write returns the latest head).
+                if head == new_head(loaded.head, plan.change, head.incarnation):
+                    first = head.tail - plan.new_count
                     seqs = [*plan.seqs_before_new, *range(first, head.tail)]
                     self._live.put(session_id, head, seqs, memory)
                 return changes

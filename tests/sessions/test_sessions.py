@@ -465,6 +465,33 @@ def test_live_memory_changed_after_its_block_is_not_reused(backend: Backend) -> 
         assert (third.summary, contents(third)) == ("", ["saved"])
 
 
+class LateReplyStore(MemoryStore):
+    """A store whose write replies come late: another writer appends "theirs" after each write of
+    ours, and the reply carries the head after both (as a driver's resent write gets it)."""
+
+    def write(self, session_id: str, change: LogWrite) -> Head:
+        ours = super().write(session_id, change)
+        theirs = LogEntry(json.dumps({"role": "user", "content": "theirs"}), -1)
+        return super().write(session_id, LogWrite(ours.incarnation, (theirs,), counter=ours.counter))
+
+
+@pytest.mark.parametrize("first", ["create", "append", "fold"])
+def test_live_memory_is_kept_only_for_the_head_its_own_write_made(first: str) -> None:
+    """A reply whose head holds others' writes too must not make the block's memory live: the
+    next open would skip what the others wrote."""
+    store = LateReplyStore()
+    sessions = Sessions(store, lambda: RollingMemory(2 if first == "fold" else 100, fold_ids))
+    if first != "create":
+        MemoryStore.write(
+            store, "s", LogWrite("", (LogEntry('{"role":"user","content":"mine"}', 1),), create=True)
+        )
+    with sessions.open("s") as memory:
+        memory.add_user_message("a b")
+    with sessions.open("s") as again:
+        seen = again.summary.split() + contents(again)
+    assert seen.count("theirs") == 1 and "b" in " ".join(seen), seen
+
+
 def test_live_memories_are_bounded(backend: Backend) -> None:
     counter = CountingWords()
     sessions = Sessions(backend.store(), lambda: RollingMemory(100, token_counter=counter), cache_size=1)

@@ -544,6 +544,25 @@ def test_a_write_resent_by_a_client_retry_succeeds_once(url: str, prefix: str) -
         store.close()
 
 
+def test_a_write_resent_after_other_writes_is_still_applied_once(url: str, prefix: str) -> None:
+    """The head keeps the last 8 writers' tokens: a resend that finds its own among them (other
+    writes came in between) succeeds without writing again."""
+    store = RedisStore(url, prefix=prefix)
+    try:
+        head = _put(store, "s", "a")
+        _client, scripts = store._sync_client()
+        keys = store._keys("s")
+        mine = store._write_args(append(head, "b"), "token-mine")
+        scripts[1](keys=keys, args=mine)
+        for i in range(7):
+            store.write("s", append(head, f"other {i}"))
+        reply = scripts[1](keys=keys, args=mine)
+        assert reply[0] == b"ok"
+        assert texts(store.load("s")).count("b") == 1, "resent after 7 other writes: applied once"
+    finally:
+        store.close()
+
+
 def test_malformed_entries_raise_and_leave_others_readable(
     url: str, prefix: str, client: redis.Redis
 ) -> None:

@@ -97,7 +97,9 @@ return {'n'}
 # Returns {'ok', incarnation, revision, summary, tail, has counter, counter},
 # {'c', <same head fields>} (a conflict), {'c'} (no live session), {'s', state, revision,
 # key index} (an old-layout session to move in first) or {'retry'}.
-# A write resent by the client (its reply was lost) finds its own token and succeeds again.
+# A write resent by the client (its reply was lost) finds its token among the last _WRITERS
+# writers' tokens kept in the head, and succeeds again without being applied twice.
+_WRITERS = 8
 _WRITE_SCRIPT = """
 local function head_reply(tag)
   local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter')
@@ -127,7 +129,7 @@ if ARGV[1] == 'm' then
   end
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[1], 'incarnation', ARGV[5], 'revision', ARGV[18], 'summary', ARGV[9],
-    'tail', ARGV[19], 'writer', ARGV[2])
+    'tail', ARGV[19], 'writers', ARGV[2])
   if ARGV[13] == '1' then
     redis.call('HSET', KEYS[1], 'counter', ARGV[14])
   end
@@ -157,15 +159,16 @@ if not exists then
     tail = tail + 1
   end
   redis.call('HSET', KEYS[1], 'incarnation', ARGV[5], 'revision', 1, 'summary', ARGV[9],
-    'tail', tail, 'writer', ARGV[2])
+    'tail', tail, 'writers', ARGV[2])
   if ARGV[13] == '1' then
     redis.call('HSET', KEYS[1], 'counter', ARGV[14])
   end
   expire()
   return head_reply('ok')
 end
-local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writer')
-if h[5] == ARGV[2] then
+local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writers')
+local writers = h[5] or ''
+if string.find(' ' .. writers .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
   return head_reply('ok')
 end
 if ARGV[4] == '1' or h[1] ~= ARGV[5] then
@@ -214,7 +217,12 @@ for i = 20, #ARGV, 2 do
   redis.call('RPUSH', KEYS[2], tail .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1])
   tail = tail + 1
 end
-redis.call('HSET', KEYS[1], 'tail', tail, 'writer', ARGV[2])
+local recent = {ARGV[2]}
+for token in string.gmatch(writers, '%S+') do
+  if #recent == _WRITERS then break end
+  recent[#recent + 1] = token
+end
+redis.call('HSET', KEYS[1], 'tail', tail, 'writers', table.concat(recent, ' '))
 if ARGV[8] == '1' then
   redis.call('HSET', KEYS[1], 'summary', ARGV[9])
 end
@@ -231,7 +239,7 @@ for i = 3, #KEYS do
 end
 expire()
 return head_reply('ok')
-"""
+""".replace("_WRITERS", str(_WRITERS))
 
 _RETRIES = 100  # moves of an old-layout session lost to other writers, before giving up
 _MAX_TTL_MS = 10**13  # ~317 years: longer ttls mean "practically never" and would overflow Redis
@@ -336,8 +344,8 @@ class RedisStore:
     ``ttl`` is native key expiry (``PEXPIRE`` on every key of the session), so
     :meth:`purge_expired` has nothing to do. A write is one atomic server-side script: a
     failover or a resharding during a write makes it fail with an error or succeed, never
-    half-write; a write the driver resends after a lost reply finds its own token in the head
-    and is not applied twice (unless another write came in between). Stored text that is not UTF-8 raises
+    half-write; a write the driver resends after a lost reply finds its own token among the
+    last 8 kept in the head and is not applied twice. Stored text that is not UTF-8 raises
     :class:`~rollmem.errors.InvalidStateError` naming the session.
     Driver errors (connection refused, timeouts, cluster down, server errors) raise
     :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception.
