@@ -11,10 +11,14 @@ offline, declaring its identity) and a fake summarizer, at budgets of 2,000 and 
   request lands on another process);
 - *cached*: one ``Sessions`` object for every turn (its live memory is reused).
 
-Layouts: ``log`` is ``SQLiteStore`` (schema 2: head + one row per message); ``json`` is the
-previous release's layout (one JSON state per session, compare-and-set saves) driven through the
-generic :class:`~rollmem.stores.WholeStateLog` adapter: the baseline. The store is wrapped to
-count the payload bytes it is handed (messages, summary, head fields; or the whole state).
+Stores: ``SQLiteStore`` always; ``RedisStore`` and ``PostgresStore`` when
+``ROLLMEM_TEST_REDIS_URL`` / ``ROLLMEM_TEST_POSTGRES_DSN`` name servers (``source .ci/services``).
+Each is on the log layout (a head plus one row or list item per message). The baseline ``json``
+is the previous release's layout (one JSON state per session, compare-and-set saves) in SQLite,
+driven through the generic :class:`~rollmem.stores.WholeStateLog` adapter. Every store is
+wrapped to count the payload bytes it is handed (messages, summary, head fields; or the whole
+state); for Redis, the server's own ``INFO stats`` ``total_net_input_bytes`` is reported beside
+it as a witness (everything the client sent for the timed turns, loads included, per turn).
 Each session is filled untimed to steady state first; then turns are timed one by one
 (``perf_counter_ns``, garbage collector off); the median is reported.
 
@@ -22,11 +26,11 @@ Contention: 16 and 64 ``AsyncSessions`` tasks each run append-only turns on one 
 with the default ``max_retries=10``; reported: how many got ``ConflictError`` and how many
 writes were retried.
 
-Targets (issue 10): counter calls per turn in another-worker mode exactly 2 (log layout); bytes
-per non-folding turn at most the two messages' JSON + 512 at both budgets; time per turn at 20k
-at most 2x the time at 2k (another worker) and 1.3x (cached); 0 ConflictError for append-only
-turns. ``--quick`` takes fewer turns and exits 1 only on a deterministic FAIL (calls, bytes,
-conflicts); the full run exits 1 on any FAIL.
+Targets (issue 10), on every store: counter calls per turn in another-worker mode exactly 2
+(log layout); bytes per non-folding turn at most the two messages' JSON + 512 at both budgets;
+time per turn at 20k at most 2x the time at 2k (another worker) and 1.3x (cached); 0
+ConflictError for append-only turns. ``--quick`` takes fewer turns and exits 1 only on a
+deterministic FAIL (calls, bytes, conflicts); the full run exits 1 on any FAIL.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import sqlite3
 import statistics
 import sys
@@ -46,8 +51,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+for _path in (HERE, HERE.parent):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from counters import bpe  # noqa: E402
 
@@ -57,8 +63,10 @@ from rollmem.message import Message  # noqa: E402
 from rollmem.sessions import AsyncSessions, Sessions  # noqa: E402
 from rollmem.stores import Head, LogWrite, SQLiteStore, StoredLog, StoredSession  # noqa: E402
 from rollmem.stores._common import conflict  # noqa: E402
+from sessions._support import make_store  # noqa: E402
 
 BUDGETS = (2_000, 20_000)
+SERVERS = (("redis", "ROLLMEM_TEST_REDIS_URL"), ("postgres", "ROLLMEM_TEST_POSTGRES_DSN"))
 
 
 class Counting:
@@ -203,14 +211,25 @@ def pair_json_bytes(turn: int) -> int:
 
 
 class Run:
-    """One layout, mode and budget: a session filled to steady state, then timed turn by turn."""
+    """One store, layout, mode and budget: a session filled to steady state, then timed turn by
+    turn."""
 
     def __init__(
-        self, layout: str, budget: int, mode: str, directory: Path, count: Callable[[str], int]
+        self, where: str, layout: str, budget: int, mode: str, directory: Path, count: Callable[[str], int]
     ) -> None:
-        self.layout, self.budget, self.mode = layout, budget, mode
-        path = str(directory / f"{layout}-{budget}-{mode.replace(' ', '-')}.db")
-        store = SQLiteStore(path) if layout == "log" else JsonSQLiteStore(path)
+        self.where, self.layout, self.budget, self.mode = where, layout, budget, mode
+        name = f"{layout}-{budget}-{mode.replace(' ', '-')}"
+        self.namespace = f"rollmem_turns_{os.getpid()}_{name.replace('-', '_')}"
+        self.witness: Any = None  # a Redis client reading INFO stats
+        if where == "sqlite":
+            path = str(directory / f"{name}.db")
+            store: Any = SQLiteStore(path) if layout == "log" else JsonSQLiteStore(path)
+        else:
+            store = make_store(where, server(where), self.namespace)
+            if where == "redis":
+                import redis
+
+                self.witness = redis.Redis.from_url(server(where))
         self.metered: Metered = MeteredLog(store) if layout == "log" else MeteredWhole(store)
         self.counter = Counting(count)
         self.summarizer = Summarizer()
@@ -220,11 +239,18 @@ class Run:
         self.calls: list[int] = []
         self.sizes: list[tuple[int, int]] = []
         self.folds_seen: list[bool] = []
+        self.net_in: list[int] = []
         while True:  # fill to steady state: past the first fold, then to a multiple of 10 turns
             self.turn()
             if self.summarizer.calls and self.number % 10 == 0:
                 break
         self.summarizer_before = self.summarizer.calls
+        self.info_bytes = 0
+        if self.witness is not None:  # what one INFO command adds to the count
+            self.info_bytes = -self._net_in() + self._net_in()
+
+    def _net_in(self) -> int:
+        return int(self.witness.info("stats")["total_net_input_bytes"])
 
     def factory(self) -> RollingMemory:
         return RollingMemory(self.budget, self.summarizer, self.counter, target_tokens=self.budget * 3 // 4)
@@ -243,9 +269,12 @@ class Run:
         metered = self.metered
         self.counter.calls, metered.bytes, folds = 0, 0, metered.folds
         pair = pair_json_bytes(self.number)
+        before = 0 if self.witness is None else self._net_in()
         start = time.perf_counter_ns()
         self.turn()
         self.times.append(time.perf_counter_ns() - start)
+        if self.witness is not None:
+            self.net_in.append(self._net_in() - before - self.info_bytes)
         self.calls.append(self.counter.calls)
         self.sizes.append((metered.bytes, pair))
         self.folds_seen.append(metered.folds != folds)
@@ -254,8 +283,14 @@ class Run:
         stored = self.shared.get("bench")
         assert stored is not None
         self.metered.store.close()
+        if self.witness is not None:
+            self.witness.close()
+        if self.where != "sqlite":
+            cleanup(self.where, self.namespace)
         plain = [size for size, folded in zip(self.sizes, self.folds_seen) if not folded]
+        net_plain = [n for n, folded in zip(self.net_in, self.folds_seen) if not folded]
         return {
+            "store": self.where,
             "layout": self.layout,
             "budget": self.budget,
             "mode": self.mode,
@@ -265,17 +300,31 @@ class Run:
             "max_counter_calls": max(self.calls),
             "bytes_per_plain_turn": statistics.mean(s for s, _ in plain) if plain else float("nan"),
             "max_excess_bytes": max((s - pair for s, pair in plain), default=0),
+            "net_in_per_plain_turn": statistics.mean(net_plain) if net_plain else None,
             "folding_turns": sum(self.folds_seen),
             "summarizer_calls": self.summarizer.calls - self.summarizer_before,
         }
 
 
+def server(where: str) -> str:
+    return os.environ.get(dict(SERVERS)[where], "")
+
+
+def cleanup(where: str, namespace: str) -> None:
+    from stores.servers import drop_redis_keys, drop_table
+
+    if where == "redis":
+        drop_redis_keys(server(where), namespace + ":")
+    else:
+        drop_table(server(where), namespace)
+
+
 def run_budgets(
-    layout: str, mode: str, turns: int, directory: Path, count: Callable[[str], int]
+    where: str, layout: str, mode: str, turns: int, directory: Path, count: Callable[[str], int]
 ) -> list[dict[str, Any]]:
     """Both budgets side by side, their timed turns interleaved so that load on the machine
     weighs on both alike."""
-    runs = [Run(layout, budget, mode, directory, count) for budget in BUDGETS]
+    runs = [Run(where, layout, budget, mode, directory, count) for budget in BUDGETS]
     gc.collect()
     gc.disable()
     try:
@@ -324,64 +373,80 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     turns = 15 if args.quick else 120
     count = bpe()
+    stores = ["sqlite"] + [where for where, variable in SERVERS if os.environ.get(variable)]
+    configurations = [(where, "log") for where in stores] + [("sqlite", "json")]
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         directory = Path(scratch)
-        for layout in ("log", "json"):
+        for where, layout in configurations:
             for mode in ("another worker", "cached"):
-                results.extend(run_budgets(layout, mode, turns, directory, count))
+                results.extend(run_budgets(where, layout, mode, turns, directory, count))
         contended = [contention(directory, tasks) for tasks in (16, 64)]
 
+    for where, variable in SERVERS:
+        if where not in stores:
+            print(f"{where}: skipped, {variable} is not set")
     print(
-        f"{'layout':6} {'mode':15} {'budget':>7} {'buffered':>8} {'us/turn':>9} {'calls/turn':>10} "
-        f"{'bytes/turn':>10} {'folds':>5} {'summ.':>5}"
+        f"{'store':8} {'layout':6} {'mode':15} {'budget':>7} {'buffered':>8} {'us/turn':>9} "
+        f"{'calls/turn':>10} {'bytes/turn':>10} {'net in':>7} {'folds':>5} {'summ.':>5}"
     )
     for r in results:
+        net = "-" if r["net_in_per_plain_turn"] is None else f"{r['net_in_per_plain_turn']:.0f}"
         print(
-            f"{r['layout']:6} {r['mode']:15} {r['budget']:>7} {r['buffered']:>8} {r['us_per_turn']:>9.0f} "
-            f"{r['counter_calls_per_turn']:>10.1f} {r['bytes_per_plain_turn']:>10.0f} "
-            f"{r['folding_turns']:>5} "
-            f"{r['summarizer_calls']:>5}"
+            f"{r['store']:8} {r['layout']:6} {r['mode']:15} {r['budget']:>7} {r['buffered']:>8} "
+            f"{r['us_per_turn']:>9.0f} {r['counter_calls_per_turn']:>10.1f} "
+            f"{r['bytes_per_plain_turn']:>10.0f} {net:>7} {r['folding_turns']:>5} {r['summarizer_calls']:>5}"
         )
+    print("(bytes/turn and net in: turns that did not fold; net in: Redis INFO total_net_input_bytes)")
     for c in contended:
         print(
             f"contention: {c['tasks']} tasks x 4 append-only turns on one SQLite session: "
             f"{c['conflict_errors']} ConflictError, {c['retries']} retried writes, {c['kept']} messages kept"
         )
 
-    def pick(layout: str, mode: str, budget: int) -> dict[str, Any]:
-        return next(r for r in results if (r["layout"], r["mode"], r["budget"]) == (layout, mode, budget))
+    def pick(where: str, layout: str, mode: str, budget: int) -> dict[str, Any]:
+        wanted = (where, layout, mode, budget)
+        return next(r for r in results if (r["store"], r["layout"], r["mode"], r["budget"]) == wanted)
 
     checks: list[tuple[str, bool, bool]] = []  # (what, passed, deterministic)
-    for budget in BUDGETS:
-        r = pick("log", "another worker", budget)
-        checks.append(
-            (
-                f"counter calls per turn, another worker, {budget}: exactly 2 (max {r['max_counter_calls']})",
-                r["max_counter_calls"] == 2 and r["counter_calls_per_turn"] == 2,
-                True,
-            )
-        )
-        for mode in ("another worker", "cached"):
-            r = pick("log", mode, budget)
+    for where in stores:
+        for budget in BUDGETS:
+            r = pick(where, "log", "another worker", budget)
             checks.append(
                 (
-                    f"bytes per non-folding turn, {mode}, {budget}: at most the messages + 512 "
-                    f"(max excess {r['max_excess_bytes']})",
-                    r["max_excess_bytes"] <= 512,
+                    f"{where}: counter calls per turn, another worker, {budget}: exactly 2 "
+                    f"(max {r['max_counter_calls']})",
+                    r["max_counter_calls"] == 2 and r["counter_calls_per_turn"] == 2,
                     True,
                 )
             )
-    for mode, limit in (("another worker", 2.0), ("cached", 1.3)):
-        ratio = pick("log", mode, 20_000)["us_per_turn"] / pick("log", mode, 2_000)["us_per_turn"]
-        base = pick("json", mode, 20_000)["us_per_turn"] / pick("json", mode, 2_000)["us_per_turn"]
-        checks.append(
-            (
-                f"time 20k / 2k, {mode}: {ratio:.2f}x (baseline json {base:.2f}x), at most {limit}x",
-                ratio <= limit,
-                False,
+            for mode in ("another worker", "cached"):
+                r = pick(where, "log", mode, budget)
+                checks.append(
+                    (
+                        f"{where}: bytes per non-folding turn, {mode}, {budget}: at most the messages + 512 "
+                        f"(max excess {r['max_excess_bytes']})",
+                        r["max_excess_bytes"] <= 512,
+                        True,
+                    )
+                )
+        for mode, limit in (("another worker", 2.0), ("cached", 1.3)):
+            ratio = (
+                pick(where, "log", mode, 20_000)["us_per_turn"]
+                / pick(where, "log", mode, 2_000)["us_per_turn"]
             )
-        )
+            base = (
+                pick("sqlite", "json", mode, 20_000)["us_per_turn"]
+                / pick("sqlite", "json", mode, 2_000)["us_per_turn"]
+            )
+            checks.append(
+                (
+                    f"{where}: time 20k / 2k, {mode}: {ratio:.2f}x (baseline sqlite json {base:.2f}x), "
+                    f"at most {limit}x",
+                    ratio <= limit,
+                    False,
+                )
+            )
     for c in contended:
         checks.append(
             (

@@ -19,7 +19,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -276,6 +276,11 @@ def _import_redis() -> ModuleType:
 
 def _text(value: Union[bytes, str]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _numbers(parts: list[str]) -> bool:
+    """Whether a log item's sequence number and cost read as numbers (>= 0 and >= -1)."""
+    return parts[0].isdecimal() and (parts[1].isdecimal() or parts[1] == "-1")
 
 
 def _glob_literal(text: str) -> str:
@@ -573,10 +578,29 @@ class RedisStore:
     def _malformed(session_id: str, what: str) -> StoreUnavailableError:
         return StoreUnavailableError(f"Redis holds a malformed entry for session {shown(session_id)}: {what}")
 
+    def _entries(self, session_id: str, raws: list[Any]) -> tuple[LogEntry, ...]:
+        """The log items as entries. A load reads every one, so the common case is one decode
+        for all and a split each; anything odd is read item by item, to name it."""
+        texts: list[str] = []
+        if raws and all(type(raw) is bytes for raw in raws):
+            with suppress(UnicodeDecodeError):
+                texts = b"\n".join(raws).decode("utf-8").split("\n")
+        if len(texts) == len(raws):  # no item held a newline (a message's JSON never does)
+            entries: list[LogEntry] = []
+            append, new = entries.append, tuple.__new__
+            for text in texts:
+                parts = text.split("\t", 2)
+                if len(parts) != 3 or not _numbers(parts):
+                    break
+                append(new(LogEntry, (parts[2], int(parts[1]), int(parts[0]))))
+            else:
+                return tuple(entries)
+        return tuple(self._entry(session_id, raw) for raw in raws)
+
     def _entry(self, session_id: str, raw: Union[bytes, str]) -> LogEntry:
         text = self._string(session_id, raw, "message")
         parts = text.split("\t", 2)
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].lstrip("-").isdigit():
+        if len(parts) != 3 or not _numbers(parts):
             raise self._malformed(session_id, f"log entry {text!r:.60}")
         return LogEntry(parts[2], int(parts[1]), int(parts[0]))
 
@@ -598,8 +622,31 @@ class RedisStore:
             old_head, old_entries, _, _ = self._old(session_id, reply)
             return StoredLog(old_head, tuple(old_entries))
         head = self._head(session_id, reply[1:7])
-        entries = tuple(self._entry(session_id, raw) for raw in reply[8:])
-        return StoredLog(head, entries, bool(int(reply[7])))
+        return StoredLog(head, self._entries(session_id, reply[8:]), bool(int(reply[7])))
+
+    def _snapshot(self, session_id: str, results: list[Any]) -> Optional[StoredLog]:
+        """A whole session from the replies of the commands :meth:`_read_all` queues: the
+        head's fields, the log items, then each old-layout key's state and revision."""
+        fields, items, *olds = results
+        incarnation, revision, summary, tail, counter = fields
+        if incarnation is not None:
+            head = self._head(
+                session_id, [incarnation, revision, summary or b"", tail, counter is not None, counter or b""]
+            )
+            return StoredLog(head, self._entries(session_id, items))
+        for index, (state, old_revision) in enumerate(olds, 3):
+            if state is not None or old_revision is not None:
+                return self._loaded(session_id, [b"s", state or b"", old_revision or b"", index])
+        return None
+
+    @staticmethod
+    def _read_all(pipeline: Any, keys: list[str]) -> None:
+        """Queue what a whole load reads, for one MULTI/EXEC: it sends the log items as they are,
+        where a script would copy each into Lua and back (twice the server's work per message)."""
+        pipeline.hmget(keys[0], "incarnation", "revision", "summary", "tail", "counter")
+        pipeline.lrange(keys[1], 0, -1)
+        for key in keys[2:]:
+            pipeline.hmget(key, "state", "revision")
 
     def _step(
         self, session_id: str, change: LogWrite, reply: list[Any]
@@ -653,12 +700,17 @@ class RedisStore:
     # -- blocking methods ------------------------------------------------------------------------
 
     def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """The live session, or ``None`` when it is absent or expired: one script. With ``since``
-        (same incarnation and revision as the live head) only the entries appended after it."""
+        """The live session, or ``None`` when it is absent or expired: one round trip (a script,
+        or off a cluster a MULTI/EXEC for a whole load). With ``since`` (same incarnation and
+        revision as the live head) only the entries appended after it."""
         check_load(session_id, since)
         keys = self._keys(session_id)
         client, scripts = self._sync_client()
         with self._errors("load", session_id):
+            if since is None and not self._cluster:
+                pipeline = client.pipeline(transaction=True)
+                self._read_all(pipeline, keys)
+                return self._snapshot(session_id, pipeline.execute())
             reply = self._run(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(since))
         return self._loaded(session_id, reply)
 
@@ -724,6 +776,10 @@ class RedisStore:
         keys = self._keys(session_id)
         client, scripts = self._async_client()
         with self._errors("load", session_id):
+            if since is None and not self._cluster:
+                pipeline = client.pipeline(transaction=True)
+                self._read_all(pipeline, keys)
+                return self._snapshot(session_id, await pipeline.execute())
             reply = await self._arun(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(since))
         return self._loaded(session_id, reply)
 
