@@ -228,7 +228,7 @@ def test_a_corrupt_row_is_reported_not_skipped(db_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "corruption",
-    ["\"message\" = x'00'", "\"cost\" = 'abc'", "\"cost\" = 1.5"],
+    ["\"message\" = x'00'", "\"cost\" = 'abc'", '"cost" = 1.5'],
     ids=["message-blob", "cost-text", "cost-real"],
 )
 def test_a_corrupt_entry_is_reported_not_skipped(db_path: Path, corruption: str) -> None:
