@@ -41,6 +41,17 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MAX_TTL = 10.0**10  # seconds (~317 years): longer ttls mean "practically never"
 _LIVE = "(expires_at IS NULL OR expires_at > now())"
 _EXPIRES = "now() + make_interval(secs => %s::double precision)"
+_HEAD_LIVE = _LIVE.replace("expires_at", "h.expires_at")
+_LOAD_UNION = (
+    "SELECT h.incarnation, h.revision, h.summary, h.tail, h.counter, NULL::text, NULL::bigint, "
+    "NULL::bigint, (h.incarnation = %s AND h.revision = %s), NULL::text FROM {heads} h "
+    f"WHERE h.session_id = %s AND {_HEAD_LIVE} "
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, l.message, l.cost, l.seq, NULL, NULL "
+    "FROM {heads} h JOIN {log} l ON l.session_id = h.session_id AND l.seq >= "
+    "CASE WHEN h.incarnation = %s AND h.revision = %s THEN %s ELSE 0 END "
+    f"WHERE h.session_id = %s AND {_HEAD_LIVE}"
+)
+_LOAD = _LOAD_UNION + " ORDER BY 8 NULLS FIRST"
 
 
 def _import_driver() -> ModuleType:
@@ -124,7 +135,6 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
     def q(text: str) -> Composed:
         return sql.SQL(text).format(**names)  # type: ignore[no-any-return]
 
-    head = "h.incarnation, h.revision, h.summary, h.tail, h.counter"
     return _Sql(
         create=(
             # Serializes concurrent first uses: CREATE ... IF NOT EXISTS alone can still collide.
@@ -148,25 +158,17 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         ),
         has_legacy=q("SELECT to_regclass(%s) IS NOT NULL"),
-        # One statement: the live head and its entries from `first` (the caller's tail when its
-        # incarnation and revision still hold, else 0). A head without entries gives one row of NULLs.
-        load=q(
-            f"SELECT {head}, l.seq, l.message, l.cost, "
-            "(h.incarnation = %s AND h.revision = %s) AS delta FROM {heads} h "
-            "LEFT JOIN {log} l ON l.session_id = h.session_id AND l.seq >= "
-            "CASE WHEN h.incarnation = %s AND h.revision = %s THEN %s ELSE 0 END "
-            f"WHERE h.session_id = %s AND {_LIVE.replace('expires_at', 'h.expires_at')} ORDER BY l.seq"
-        ),
-        # The same, falling back to the whole-state table when no head row is there.
+        # One statement (one snapshot): the live head's row, then its entries from `first` (the
+        # caller's tail when its incarnation and revision still hold, else 0), one row each
+        # without the head's columns (a long summary is sent once, not once per message).
+        # Columns: the head (5), message, cost, seq, delta.
+        load=q(_LOAD),
+        # The same, falling back to the whole-state table when no head row is there (its row:
+        # revision in column 2, state in column 10).
         load_legacy=q(
-            f"SELECT {head}, l.seq, l.message, l.cost, "
-            "(h.incarnation = %s AND h.revision = %s) AS delta, NULL AS state FROM {heads} h "
-            "LEFT JOIN {log} l ON l.session_id = h.session_id AND l.seq >= "
-            "CASE WHEN h.incarnation = %s AND h.revision = %s THEN %s ELSE 0 END "
-            f"WHERE h.session_id = %s AND {_LIVE.replace('expires_at', 'h.expires_at')} "
-            "UNION ALL SELECT NULL, revision, NULL, NULL, NULL, NULL, NULL, NULL, NULL, state "
-            f"FROM {{legacy}} WHERE id = %s AND {_LIVE} "
-            "AND NOT EXISTS (SELECT 1 FROM {heads} WHERE session_id = %s) ORDER BY 6"
+            f"{_LOAD_UNION} UNION ALL SELECT NULL, revision, NULL, NULL, NULL, NULL, NULL, NULL, "
+            f"NULL, state FROM {{legacy}} WHERE id = %s AND {_LIVE} "
+            "AND NOT EXISTS (SELECT 1 FROM {heads} WHERE session_id = %s) ORDER BY 8 NULLS FIRST"
         ),
         lock_head=q(
             f"SELECT incarnation, revision, summary, tail, counter, {_LIVE} FROM {{heads}} "
@@ -419,7 +421,7 @@ class PostgresStore:
         incarnation, revision, tail = (
             ("", 0, 0) if since is None else (since.incarnation, since.revision, since.tail)
         )
-        params: list[Any] = [incarnation, revision, incarnation, revision, tail, session_id]
+        params: list[Any] = [incarnation, revision, session_id, incarnation, revision, tail, session_id]
         if self._legacy:
             _, rows = yield self._sql.load_legacy, (*params, session_id, session_id)
         else:
@@ -431,7 +433,8 @@ class PostgresStore:
             head, legacy = self._legacy_session(session_id, first[9], first[1])
             return StoredLog(head, tuple(legacy))
         head = Head(first[0], first[1], first[2], first[3], first[4])
-        entries = tuple(LogEntry(row[6], row[7], row[5]) for row in rows if row[5] is not None)
+        new = tuple.__new__  # LogEntry._make at C speed: a load builds one per stored message
+        entries = tuple(new(LogEntry, row[5:8]) for row in rows[1:])
         return StoredLog(head, entries, since is not None and bool(first[8]))
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
