@@ -151,6 +151,40 @@ _OPERATION = st.one_of(
 )
 
 
+class _Blocking:
+    """Runs a contract's scenarios through the blocking methods; the store is closed after each
+    test."""
+
+    def make_store(self) -> Any:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self) -> Iterator[Any]:
+        store = self.make_store()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        drive(store, steps)
+
+
+class _Awaiting:
+    """Runs a contract's scenarios through the ``a``-methods, each in one ``asyncio.run`` (the
+    scenario ends with ``aclose()``)."""
+
+    def make_store(self) -> Any:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self) -> Any:
+        return self.make_store()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        asyncio.run(adrive(store, steps))
+
+
 class _Contract:
     """The scenarios; subclasses supply ``make_store`` and how a scenario runs."""
 
@@ -324,19 +358,8 @@ class _Contract:
         assert (yield call("ids")) == []
 
 
-class StoreContract(_Contract):
+class StoreContract(_Blocking, _Contract):
     """The contract through the blocking methods, plus threads racing on one session."""
-
-    @pytest.fixture
-    def store(self) -> Iterator[Any]:
-        store = self.make_store()
-        try:
-            yield store
-        finally:
-            store.close()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        drive(store, steps)
 
     def test_threads_never_lose_an_update(self, store: Any) -> None:
         threads, saves = 6, 25
@@ -389,16 +412,9 @@ class StoreContract(_Contract):
                 assert store.ids(session_id) == sorted(i for i in model if i.startswith(session_id))
 
 
-class AsyncStoreContract(_Contract):
+class AsyncStoreContract(_Awaiting, _Contract):
     """The contract through the ``a``-methods: each test is one ``asyncio.run`` that ends with
     ``aclose()``; plus tasks racing on one session."""
-
-    @pytest.fixture
-    def store(self) -> Any:
-        return self.make_store()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        asyncio.run(adrive(store, steps))
 
     def test_tasks_never_lose_an_update(self, store: Any) -> None:
         tasks, saves = 6, 25
@@ -804,19 +820,8 @@ def _model_write(
     model[session_id] = (head, entries)
 
 
-class LogStoreContract(_LogContract):
+class LogStoreContract(_Blocking, _LogContract):
     """The log contract through the blocking methods, plus threads racing on one session."""
-
-    @pytest.fixture
-    def store(self) -> Iterator[Any]:
-        store = self.make_store()
-        try:
-            yield store
-        finally:
-            store.close()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        drive(store, steps)
 
     @settings(
         max_examples=25,
@@ -932,15 +937,8 @@ class LogStoreContract(_LogContract):
         assert sorted(seen) == sorted(f"w{i}-{n}" for i in range(appenders) for n in range(count))
 
 
-class AsyncLogStoreContract(_LogContract):
+class AsyncLogStoreContract(_Awaiting, _LogContract):
     """The log contract through the ``a``-methods, each test one ``asyncio.run`` ending with ``aclose()``."""
-
-    @pytest.fixture
-    def store(self) -> Any:
-        return self.make_store()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        asyncio.run(adrive(store, steps))
 
     def test_tasks_appending_never_conflict(self, store: Any) -> None:
         async def main() -> Optional[StoredLog]:
