@@ -73,6 +73,67 @@ def test_a_buffer_assignment_from_a_generator_is_taken_whole() -> None:
     assert [m.content for m in memory.buffer] == ["0", "1", "2"]
 
 
+@pytest.mark.parametrize(
+    ("edit", "error"),
+    [
+        (lambda b: b.append("oops"), "buffer[2]: expected Message, got str"),
+        (lambda b: b.insert(0, None), "buffer[0]: expected Message, got NoneType"),
+        (lambda b: b.insert(-1, 3), "buffer[1]: expected Message, got int"),
+        (lambda b: b.insert(99, 3), "buffer[2]: expected Message, got int"),
+        (
+            lambda b: b.extend([Message("user", "x"), {"role": "user"}]),
+            "buffer[3]: expected Message, got dict",
+        ),
+        (lambda b: b.__iadd__([b"x"]), "buffer[2]: expected Message, got bytes"),
+        (lambda b: b.__setitem__(-1, "x"), "buffer[1]: expected Message, got str"),
+        (
+            lambda b: b.__setitem__(slice(1, None), [Message("user", "y"), 7]),
+            "buffer[2]: expected Message, got int",
+        ),
+        (lambda b: b.__setitem__(slice(None, None, -1), ["x", "y"]), "buffer[1]: expected Message, got str"),
+    ],
+    ids=[
+        "append",
+        "insert",
+        "insert-negative",
+        "insert-past-end",
+        "extend",
+        "+=",
+        "setitem",
+        "slice",
+        "reversed-slice",
+    ],
+)
+def test_an_in_place_buffer_edit_with_a_non_message_is_rejected_at_once(
+    edit: Callable[[Any], Any], error: str
+) -> None:
+    """``memory.buffer`` is the live list: what an edit would put in it is checked before the edit,
+    which then does not happen."""
+    memory = RollingMemory(max_tokens=10)
+    memory.add_user_message("kept")
+    memory.add_assistant_message("also kept")
+    before = snapshot(memory)
+    with pytest.raises(TypeError) as raised:
+        edit(memory.buffer)
+    assert str(raised.value) == error
+    assert snapshot(memory) == before
+    memory.add_user_message("still works")
+    assert [m.content for m in memory.get_messages()] == ["kept", "also kept", "still works"]
+
+
+def test_in_place_buffer_edits_with_messages_still_work() -> None:
+    memory = RollingMemory(max_tokens=100)
+    memory.add_user_message("a")
+    buffer = memory.buffer
+    buffer.append(Message("user", "b"))
+    buffer.insert(0, Message("system", "s"))
+    buffer += [Message("user", "c")]
+    buffer[1:2] = [Message("user", "A")]
+    buffer.extend(buffer)
+    assert [m.content for m in memory.buffer] == ["s", "A", "b", "c"] * 2
+    assert memory.stats().buffer_tokens == 8
+
+
 # -- the text rule ------------------------------------------------------------------------------
 
 

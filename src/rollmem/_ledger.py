@@ -16,6 +16,7 @@ No locks, no callbacks, no asyncio: the memory classes drive this.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
@@ -37,9 +38,57 @@ class TrackedList(list):  # type: ignore[type-arg]
 
     The ledger edits it through ``list``'s unbound methods, which do not count; anything else
     (a caller mutating ``memory.buffer`` in place) bumps ``changes`` and makes the ledger resync.
+    What such a change would put in the list is checked first: anything but a ``Message``
+    raises ``TypeError`` naming its position, and the list is left as it was.
+
+    Sorting and reversing, which add nothing, are counted too.
     """
 
     changes = 0
+
+    def append(self, message: Any) -> None:
+        _check(message, len(self))
+        self.changes += 1
+        list.append(self, message)
+
+    def insert(self, index: Any, message: Any) -> None:
+        size = len(self)
+        position = operator.index(index)
+        _check(message, min(max(position + size if position < 0 else position, 0), size))
+        self.changes += 1
+        list.insert(self, index, message)
+
+    def extend(self, messages: Iterable[Any]) -> None:
+        taken = _checked(messages, len(self), 1)
+        self.changes += 1
+        list.extend(self, taken)
+
+    def __iadd__(self, messages: Iterable[Any]) -> TrackedList:  # type: ignore[misc]
+        self.extend(messages)
+        return self
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, slice):
+            start, _, step = key.indices(len(self))
+            value = _checked(value, start, step)
+        else:
+            position = operator.index(key)
+            _check(value, position + len(self) if position < 0 else position)
+        self.changes += 1
+        list.__setitem__(self, key, value)
+
+
+def _check(message: object, index: int) -> None:
+    if not isinstance(message, Message):
+        raise TypeError(f"buffer[{index}]: expected Message, got {type(message).__name__}")
+
+
+def _checked(messages: Iterable[Any], first: int, step: int) -> list[Any]:
+    """``messages`` as a list, each checked as landing at ``first``, ``first + step``..."""
+    taken = list(messages)
+    for number, message in enumerate(taken):
+        _check(message, first + number * step)
+    return taken
 
 
 def _counting(name: str) -> Callable[..., Any]:
@@ -53,20 +102,7 @@ def _counting(name: str) -> Callable[..., Any]:
     return mutate
 
 
-for _name in (
-    "__setitem__",
-    "__delitem__",
-    "__iadd__",
-    "__imul__",
-    "append",
-    "extend",
-    "insert",
-    "pop",
-    "remove",
-    "clear",
-    "sort",
-    "reverse",
-):
+for _name in ("__delitem__", "__imul__", "pop", "remove", "clear", "sort", "reverse"):
     setattr(TrackedList, _name, _counting(_name))
 
 
