@@ -265,7 +265,7 @@ def _messages_from_dicts(items: Iterable[object], path: str, first: int = 0) -> 
                 fields["content"] = content
                 append(message)
                 continue
-        append(item if type(item) is Message else message_from_dict(item, v.join(path, index)))
+        append(item if isinstance(item, Message) else message_from_dict(item, v.join(path, index)))
     return messages
 
 
