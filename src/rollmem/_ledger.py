@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 from .message import Message
 
-__all__ = ["Ledger", "Plan", "TrackedList", "is_reply"]
+__all__ = ["Ledger", "Plan", "TrackedList", "check_message", "checked_messages", "is_reply"]
 
 _REPLY_ROLES = frozenset(("assistant", "tool"))
 
@@ -47,19 +47,19 @@ class TrackedList(list):  # type: ignore[type-arg]
     changes = 0
 
     def append(self, message: Any) -> None:
-        _check(message, len(self))
+        check_message(message, len(self))
         self.changes += 1
         list.append(self, message)
 
     def insert(self, index: Any, message: Any) -> None:
         size = len(self)
         position = operator.index(index)
-        _check(message, min(max(position + size if position < 0 else position, 0), size))
+        check_message(message, min(max(position + size if position < 0 else position, 0), size))
         self.changes += 1
         list.insert(self, index, message)
 
     def extend(self, messages: Iterable[Any]) -> None:
-        taken = _checked(messages, len(self), 1)
+        taken = checked_messages(messages, len(self))
         self.changes += 1
         list.extend(self, taken)
 
@@ -70,24 +70,26 @@ class TrackedList(list):  # type: ignore[type-arg]
     def __setitem__(self, key: Any, value: Any) -> None:
         if isinstance(key, slice):
             start, _, step = key.indices(len(self))
-            value = _checked(value, start, step)
+            value = checked_messages(value, start, step)
         else:
             position = operator.index(key)
-            _check(value, position + len(self) if position < 0 else position)
+            check_message(value, position + len(self) if position < 0 else position)
         self.changes += 1
         list.__setitem__(self, key, value)
 
 
-def _check(message: object, index: int) -> None:
+def check_message(message: object, index: int) -> None:
+    """Raise ``TypeError`` naming ``buffer[index]`` unless ``message`` is a ``Message``."""
     if not isinstance(message, Message):
         raise TypeError(f"buffer[{index}]: expected Message, got {type(message).__name__}")
 
 
-def _checked(messages: Iterable[Any], first: int, step: int) -> list[Any]:
-    """``messages`` as a list, each checked as landing at ``first``, ``first + step``..."""
+def checked_messages(messages: Iterable[Any], first: int = 0, step: int = 1) -> list[Any]:
+    """``messages`` as a list, each checked (:func:`check_message`) as landing at ``first``,
+    ``first + step``..."""
     taken = list(messages)
     for number, message in enumerate(taken):
-        _check(message, first + number * step)
+        check_message(message, first + number * step)
     return taken
 
 
@@ -190,8 +192,7 @@ class Ledger:
         items = self.items
         costs = []
         for index, message in enumerate(items):
-            if not isinstance(message, Message):
-                raise TypeError(f"buffer[{index}]: expected Message, got {type(message).__name__}")
+            check_message(message, index)
             cost = known.get(id(message))
             costs.append(measure(message, index) if cost is None else cost)
         self._rebuild(list(items), costs)

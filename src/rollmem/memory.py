@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, overload
 
 from . import _validate as v
-from ._ledger import Ledger, Plan
+from ._ledger import Ledger, Plan, checked_messages
 from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
 from .changes import (
     _CHANGE_TYPES,
@@ -235,10 +235,7 @@ class _Memory:
     def buffer(self, messages: Iterable[Message]) -> None:
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
             raise TypeError(f"buffer: expected an iterable of Message, got {type(messages).__name__}")
-        messages = list(messages)
-        for index, message in enumerate(messages):  # rejected now, not at the next add
-            if not isinstance(message, Message):
-                raise TypeError(f"buffer[{index}]: expected Message, got {type(message).__name__}")
+        messages = checked_messages(messages)  # rejected now, not at the next add
         with self._lock:
             self._ledger.replace(messages)
             self._generation += 1
@@ -596,10 +593,9 @@ class _Memory:
     def restore(self, data: Mapping[str, Any], *, costs: Optional[Sequence[int]] = None) -> None:
         """Replace summary and buffer with the ``to_dict()`` output ``data`` (versions 1 and 2;
         buffer items may also be ``Message`` objects), verbatim: no pruning, no summarizer call.
-        With ``costs`` (one ``int`` >= 0 per message,
-        measured by this memory's policy, e.g. stored by :mod:`rollmem.sessions`) the messages
-        are not counted again. Nothing changes on error; a fold in flight is discarded. The
-        counters of ``stats()`` go on."""
+        With ``costs`` (one ``int`` >= 0 per message, measured by this memory's policy, e.g.
+        stored by :mod:`rollmem.sessions`) the messages are not counted again. Nothing changes
+        on error; a fold in flight is discarded. The counters of ``stats()`` go on."""
         summary, messages = _parse_state(data)
         known: Optional[list[int]] = None
         if costs is not None:
