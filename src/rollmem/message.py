@@ -273,13 +273,12 @@ def _messages_from_json(texts: Sequence[str], path: str, first: int = 0) -> list
     """The messages stored as the JSON texts of their ``to_dict()``, found at ``path[first]``...;
     text that is not JSON or not a message raises :class:`~rollmem.errors.InvalidStateError`
     naming the item."""
-    indices = range(first, first + len(texts))
-    return _messages_from_dicts(_parse_json(texts, path, indices), path, first)
+    return _messages_from_dicts(_parse_json(texts, path, first), path, first)
 
 
-def _parse_json(texts: Sequence[str], path: str, indices: Iterable[int]) -> list[Any]:
+def _parse_json(texts: Sequence[str], path: str, first: int) -> list[Any]:
     """``json.loads`` of each text (one call for all when they are all good); an error names
-    the item at ``path[index]``."""
+    the item at ``path[first + position]``."""
     try:
         items: list[Any] = json.loads("[" + ",".join(texts) + "]")
         if len(items) == len(texts):
@@ -287,7 +286,7 @@ def _parse_json(texts: Sequence[str], path: str, indices: Iterable[int]) -> list
     except (ValueError, RecursionError):
         pass
     items = []
-    for index, text in zip(indices, texts):  # one by one, to name the bad one
+    for index, text in enumerate(texts, first):  # one by one, to name the bad one
         try:
             items.append(json.loads(text))
         except RecursionError as exc:
