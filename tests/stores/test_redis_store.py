@@ -563,6 +563,22 @@ def test_a_write_resent_after_other_writes_is_still_applied_once(url: str, prefi
         store.close()
 
 
+@pytest.mark.parametrize("item", [b"+1\t1\t{}", b"0\t-5\t{}", b"0\t1_0\t{}", b"\xc2\xb2\t1\t{}", b"0\t1"])
+def test_a_log_item_with_odd_numbers_is_malformed_however_it_is_read(
+    url: str, prefix: str, client: redis.Redis, item: bytes
+) -> None:
+    """The bulk read of a load applies the same rule as the item-by-item one: a sequence number
+    of decimal digits, a cost of decimal digits or -1, three parts."""
+    store = RedisStore(url, prefix=prefix)
+    try:
+        client.hset(f"{prefix}{{odd}}:head", mapping={"incarnation": "i", "revision": "1", "tail": "2"})
+        client.rpush(f"{prefix}{{odd}}:log", b"0\t1\t{}", item)
+        with pytest.raises(StoreUnavailableError, match="malformed entry for session 'odd': log entry"):
+            store.load("odd")
+    finally:
+        store.close()
+
+
 def test_malformed_entries_raise_and_leave_others_readable(
     url: str, prefix: str, client: redis.Redis
 ) -> None:

@@ -18,7 +18,7 @@ import math
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from itertools import repeat
 from types import ModuleType
@@ -279,7 +279,7 @@ def _text(value: Union[bytes, str]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _numbers(parts: list[str]) -> bool:
+def _numbers(parts: Sequence[str]) -> bool:
     """Whether a log item's sequence number and cost read as numbers (>= 0 and >= -1)."""
     return parts[0].isdecimal() and (parts[1].isdecimal() or parts[1] == "-1")
 
@@ -589,12 +589,16 @@ class RedisStore:
                 texts = b"\n".join(raws).decode("utf-8").split("\n")
         if len(texts) == len(raws):  # no item held a newline (a message's JSON never does)
             parts = [text.split("\t", 2) for text in texts]
-            with suppress(ValueError, IndexError):  # a part missing or not a number
-                seqs = list(map(int, [part[0] for part in parts]))
-                costs = list(map(int, [part[1] for part in parts]))
+            with suppress(IndexError):  # an item of fewer than three parts
+                seqs = [part[0] for part in parts]
+                costs = [part[1] for part in parts]
                 messages = [part[2] for part in parts]
-                if not parts or (min(seqs) >= 0 and min(costs) >= -1):
-                    return tuple(map(tuple.__new__, repeat(LogEntry), zip(messages, costs, seqs)))
+                # the rule of _numbers, a column at a time (a cost of -1 is rare: migrated sessions)
+                if all(map(str.isdecimal, seqs)) and (
+                    all(map(str.isdecimal, costs)) or all(map(_numbers, zip(seqs, costs)))
+                ):
+                    numbers = zip(messages, map(int, costs), map(int, seqs))
+                    return tuple(map(tuple.__new__, repeat(LogEntry), numbers))
         return tuple(self._entry(session_id, raw) for raw in raws)
 
     def _entry(self, session_id: str, raw: Union[bytes, str]) -> LogEntry:
