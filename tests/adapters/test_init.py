@@ -11,15 +11,37 @@ import rollmem.adapters.langchain
 
 def test_adapters_public_names() -> None:
     assert rollmem.adapters.__all__ == [
+        "CONTINUATION_TEXT",
+        "for_provider",
         "from_anthropic",
         "from_openai",
         "from_openai_responses",
+        "pair_tool_results",
         "to_anthropic",
         "to_openai",
         "to_openai_responses",
+        "user_first",
     ]
     for name in rollmem.adapters.__all__:
-        assert callable(getattr(rollmem.adapters, name))
+        assert isinstance(getattr(rollmem.adapters, name), str) or callable(getattr(rollmem.adapters, name))
+
+
+def test_user_first_opens_with_a_user_turn_only_where_needed() -> None:
+    from rollmem.message import Message, ToolCall
+
+    call = Message("assistant", "", tool_calls=(ToolCall("c1", "f", "{}"),))
+    result = Message("tool", "18C", tool_call_id="c1")
+    opened = rollmem.adapters.user_first([Message("system", "s"), call, result])
+    assert [m.role for m in opened] == ["system", "user", "assistant", "tool"]
+    assert opened[1].content == rollmem.adapters.CONTINUATION_TEXT
+    already = [Message("system", "s"), Message("user", "hi"), call]
+    assert rollmem.adapters.user_first(already) is already
+    assert rollmem.adapters.user_first([Message("system", "s")]) == [Message("system", "s")]
+    # an orphan result becomes the user's text, which then opens the request
+    assert [m.role for m in rollmem.adapters.for_provider([Message("system", "s"), result])] == [
+        "system",
+        "user",
+    ]
 
 
 def test_langchain_module_public_names() -> None:

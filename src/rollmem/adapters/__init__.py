@@ -3,8 +3,9 @@
 ``to_openai``/``from_openai``: OpenAI Chat Completions messages. ``to_openai_responses``/
 ``from_openai_responses``: OpenAI Responses API input items (lossless: the items are kept).
 ``to_anthropic``/``from_anthropic``: the Anthropic Messages API ``system`` and ``messages``.
-LangChain objects are in :mod:`rollmem.adapters.langchain` (extra ``langchain``), which this
-package does not import.
+``for_provider`` (with its parts ``pair_tool_results`` and ``user_first``): the rule every
+renderer applies, so that any buffer becomes a request every provider accepts. LangChain objects
+are in :mod:`rollmem.adapters.langchain` (extra ``langchain``), which this package does not import.
 
 Every adapter: tool calls belong to assistant messages and ``tool_call_id`` to tool messages (other
 combinations raise ``ValueError``); rollmem fields a format cannot carry (``pinned``, most
@@ -14,14 +15,19 @@ expected str, got int``) and are ``ValueError``/``TypeError`` subclasses from :m
 
 from __future__ import annotations
 
+from ._common import CONTINUATION_TEXT, for_provider, pair_tool_results, user_first
 from .anthropic import from_anthropic, to_anthropic
 from .openai import from_openai, from_openai_responses, to_openai, to_openai_responses
 
 __all__ = [
+    "CONTINUATION_TEXT",
+    "for_provider",
     "from_anthropic",
     "from_openai",
     "from_openai_responses",
+    "pair_tool_results",
     "to_anthropic",
     "to_openai",
     "to_openai_responses",
+    "user_first",
 ]

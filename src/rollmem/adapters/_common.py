@@ -197,3 +197,29 @@ def pair_tool_results(messages: list[Message], *, skip_system: bool = False) -> 
         else:
             repaired.append(message)
     return repaired
+
+
+#: The text of the user turn :func:`user_first` opens a request with when its first turn is not
+#: the user's (Anthropic and Gemini refuse a conversation that opens with an assistant turn).
+CONTINUATION_TEXT = "(The conversation continues from the summary above.)"
+
+
+def user_first(messages: list[Message]) -> list[Message]:
+    """``messages`` with a user turn (:data:`CONTINUATION_TEXT`) inserted before the first
+    non-system message when that message is not the user's. The inserted turn depends only on
+    the first buffered message, so it is stable between folds (a cached prefix stays valid).
+    Returns the list itself when it already opens with a user turn (or has no turn at all)."""
+    for index, message in enumerate(messages):
+        if message.role == SYSTEM:
+            continue
+        if message.role == USER:
+            return messages
+        return [*messages[:index], Message(USER, CONTINUATION_TEXT), *messages[index:]]
+    return messages
+
+
+def for_provider(messages: list[Message], *, skip_system: bool = False) -> list[Message]:
+    """``messages`` as every provider accepts them: tool results paired with their calls
+    (:func:`pair_tool_results`) and the first non-system turn the user's (:func:`user_first`).
+    Nothing is dropped; between two folds the result of a grown buffer extends the previous one."""
+    return user_first(pair_tool_results(messages, skip_system=skip_system))
