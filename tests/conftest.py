@@ -39,6 +39,37 @@ settings.load_profile("rollmem")
 SEPARATOR = "|"
 
 
+#: Words in a skip reason that mean "a test server is missing": ``source .ci/services`` starts them.
+SERVER_WORDS = ("server", "ROLLMEM_TEST_")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason[len("Skipped: ") :] if reason.startswith("Skipped: ") else reason
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Skipped tests summarized once, by reason (one line per family, not one per test), with how to
+    enable the server families."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if isinstance(r, pytest.TestReport)]
+    if not skipped:
+        return
+    families: dict[str, int] = {}
+    for report in skipped:
+        reason = _skip_reason(report)
+        families[reason] = families.get(reason, 0) + 1
+    terminalreporter.section(f"{len(skipped)} skipped, in {len(families)} families")
+    for reason, count in sorted(families.items(), key=lambda item: (-item[1], item[0])):
+        terminalreporter.write_line(f"{count:>5}  {reason}")
+    if any(word in reason for reason in families for word in SERVER_WORDS):
+        terminalreporter.write_line(
+            "To run the server tests: `source .ci/services` (installs and starts Redis, Redis Cluster, "
+            "PostgreSQL and PgBouncer on loopback), then `pytest` again."
+        )
+    terminalreporter.write_line('Optional packages: pip install -e ".[dev,EXTRA]" (see pyproject.toml).')
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
     """Run ``async def`` test functions with ``asyncio.run`` (one fresh loop per test)."""

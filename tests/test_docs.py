@@ -13,6 +13,7 @@ mkdocs is installed (the ``docs`` extra), build the site and read its object inv
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import os
 import re
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,19 +166,223 @@ def _unrendered(inventory: set[str]) -> list[str]:
     return missing
 
 
-def test_built_reference_documents_every_public_name(tmp_path: Path) -> None:
-    for needed in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built documentation site: ``ROLLMEM_DOCS_SITE`` when set (``.ci/run`` builds it once),
+    else built here with ``mkdocs build --strict``."""
+    given = os.environ.get("ROLLMEM_DOCS_SITE")
+    if given:
+        return Path(given)
+    for needed in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python", "material"):
         if not _importable(needed):
             pytest.skip(f'{needed} is not installed: pip install -e ".[docs]"')
-    site = tmp_path / "site"
-    command = ["mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"), "-d", str(site)]
+    built = tmp_path_factory.mktemp("docs") / "site"
+    command = ["mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"), "-d", str(built)]
     build = subprocess.run(
         [sys.executable, "-m", *command],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
         check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert build.returncode == 0, build.stdout + build.stderr
+    return built
+
+
+def test_built_reference_documents_every_public_name(site: Path) -> None:
     missing = _unrendered(_inventory(site))
     assert not missing, f"public names absent from the API reference: {missing}"
+
+
+def _documented_classes(inventory: set[str]) -> list[tuple[str, type]]:
+    """``(documented path, class)`` for every public class of every public module that imports
+    here (an integration whose framework is missing is checked where it is installed)."""
+    found: dict[str, tuple[str, type]] = {}
+    for module_name, names in _public_modules().items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for name in names:
+            value = getattr(module, name, None)
+            if not isinstance(value, type) or not value.__module__.startswith("rollmem"):
+                continue
+            path = f"{module_name}.{name}"
+            if path not in inventory:  # documented where it is defined (a lazily loaded name)
+                path = next((e for e in sorted(inventory) if e.endswith("." + name)), path)
+            found.setdefault(path, (path, value))
+    return list(found.values())
+
+
+def _public_members(cls: type) -> list[str]:
+    """The public members ``cls`` offers that rollmem defines, inherited ones included (members a
+    class takes from the standard library or a framework are documented there)."""
+    members = []
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        owner = next((base for base in cls.__mro__ if name in vars(base)), None)
+        if owner is not None and owner.__module__.startswith("rollmem"):
+            members.append(name)
+    return members
+
+
+def test_built_reference_shows_every_member_of_every_public_class(site: Path) -> None:
+    """A newcomer finds every method of the class they use, inherited ones included."""
+    inventory = _inventory(site)
+    classes = _documented_classes(inventory)
+    assert {"rollmem.RollingMemory", "rollmem.AsyncRollingMemory", "rollmem.sessions.Sessions"} <= {
+        path for path, _ in classes
+    }
+    missing = [
+        f"{path}.{member}"
+        for path, cls in classes
+        for member in _public_members(cls)
+        if f"{path}.{member}" not in inventory
+    ]
+    assert not missing, f"public members absent from the API reference: {missing}"
+    rolling = dict(classes)["rollmem.RollingMemory"]
+    for member in ("add_user_message", "get_messages", "get_context", "to_dict", "stats", "pin", "fold"):
+        assert member in _public_members(rolling)
+
+
+# -- the site in a real browser ------------------------------------------------------------------
+
+#: Pages checked in the browser: the home page, a guide and the reference, with what each must show.
+SITE_PAGES = {"": "rollmem", "controls/": "Controls", "reference/": "Core"}
+#: The only other host a page may ask (Material's repository facts in the header); offline it fails.
+FOREIGN_ALLOWED = ("https://api.github.com/",)
+
+
+def _browser() -> str:
+    """The Chromium to drive (``ROLLMEM_CHROMIUM`` or one on ``PATH``); skips without one and
+    without playwright, unless ``ROLLMEM_REQUIRE_BROWSER=1``."""
+    import shutil
+
+    required = os.environ.get("ROLLMEM_REQUIRE_BROWSER") == "1"
+    path = os.environ.get("ROLLMEM_CHROMIUM") or next(
+        filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
+    )
+    reason = None if _importable("playwright") else 'playwright is not installed: pip install -e ".[docs]"'
+    if path is None:
+        reason = reason or "no Chromium here (apt-get install chromium)"
+    if reason is not None:
+        if required:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(site: Path) -> Any:
+    """The built site on an HTTP server on loopback; yields its base URL."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize("page", list(SITE_PAGES))
+def test_site_page_renders_in_a_browser(served: str, page: str, tmp_path: Path) -> None:
+    """Each page loads every asset it asks for, is styled, highlights and offers to copy its code,
+    and renders to a screenshot (kept in ``ROLLMEM_DOCS_SCREENSHOTS`` when set)."""
+    chromium = _browser()
+    from playwright.sync_api import sync_playwright
+
+    broken: list[str] = []
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=flags)
+        try:
+            view = browser.new_page(viewport={"width": 1280, "height": 900})
+            view.on("response", lambda r: r.status >= 400 and broken.append(f"{r.status} {r.url}"))
+            view.on(
+                "requestfailed",
+                lambda r: r.url.startswith(FOREIGN_ALLOWED) or broken.append(f"failed {r.url}"),
+            )
+            view.goto(served + page, wait_until="networkidle")
+            assert SITE_PAGES[page] in view.title()
+            styled = view.evaluate("getComputedStyle(document.querySelector('.md-header')).position")
+            highlighted = view.evaluate(
+                "(() => { const token = document.querySelector('.highlight code span[class]');"
+                " const text = document.querySelector('.md-typeset');"
+                " return token && text ? getComputedStyle(token).color !== getComputedStyle(text).color"
+                " : null })()"
+            )
+            copy_buttons = view.evaluate("document.querySelectorAll('[data-md-type=copy]').length")
+            shots = Path(os.environ.get("ROLLMEM_DOCS_SCREENSHOTS") or tmp_path)
+            shots.mkdir(parents=True, exist_ok=True)
+            shot = shots / f"{page.strip('/') or 'home'}.png"
+            view.screenshot(path=str(shot))
+        finally:
+            browser.close()
+    assert not broken, f"{page or 'home'}: assets that failed to load: {broken}"
+    assert styled in ("sticky", "fixed"), "the theme's stylesheet is not applied"
+    assert highlighted is True, "code blocks are not highlighted"
+    assert copy_buttons > 0, "code blocks have no copy button"
+    assert shot.stat().st_size > 20_000  # a page with content, not a blank one
+
+
+# -- the README as the package index shows it ----------------------------------------------------
+
+HREF = re.compile(r"""(?:href|src)="([^"]*)\"""")
+
+
+def _config_url(key: str) -> str:
+    match = re.search(rf"^{key}: *(\S+)", (DOCS / "mkdocs.yml").read_text(encoding="utf-8"), re.MULTILINE)
+    assert match is not None, f"docs/mkdocs.yml sets no {key}"
+    return match.group(1).rstrip("/") + "/"
+
+
+def _page_of(url: str, site: str) -> Path:
+    """The page source behind a link into the docs site (``SITE/controls/`` is ``controls.md``)."""
+    page = url[len(site) :].split("#", 1)[0].rstrip("/")
+    candidates = [PAGES / f"{page}.md", PAGES / page / "index.md"] if page else [PAGES / "index.md"]
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
+def test_readme_links_work_on_the_package_index() -> None:
+    """The long description, rendered as the package index renders it, links only to absolute
+    URLs: pages of the docs site and files of the repository that exist."""
+    readme_renderer = pytest.importorskip("readme_renderer.markdown")
+    html = readme_renderer.render((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert html is not None
+    site, repo = _config_url("site_url"), _config_url("repo_url")
+    links = HREF.findall(html)
+    assert len(links) >= 20
+    broken = []
+    for link in links:
+        if link.startswith(site):
+            if not _page_of(link, site).is_file():
+                broken.append(link)
+        elif link.startswith(repo + "blob/main/"):
+            if not (ROOT / link[len(repo + "blob/main/") :].split("#", 1)[0]).exists():
+                broken.append(link)
+        elif not link.startswith(("https://", "#")):
+            broken.append(link)  # relative: broken on the package index
+    assert not broken, f"README links that do not work on the package index: {broken}"
+
+
+def test_project_urls_point_where_the_docs_config_says() -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    urls = dict(re.findall(r'^(\w+) = "(https://[^"]+)"$', text.split("[project.urls]", 1)[1], re.MULTILINE))
+    site, repo = _config_url("site_url"), _config_url("repo_url")
+    assert urls["Documentation"] == site
+    assert urls["Source"] == repo.rstrip("/")
+    assert urls["Changelog"] == site + "changelog/"
+    assert urls["Issues"] == repo + "issues"

@@ -181,6 +181,11 @@ _history_lock = threading.Lock()
 _history_class: Optional[type] = None
 
 
+def __dir__() -> list[str]:
+    """The module's names, the class built on first access included (``dir()``, documentation tools)."""
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str) -> Any:
     """``RollingChatMessageHistory`` is built (importing ``langchain_core``) on first access."""
     if name == "RollingChatMessageHistory":

@@ -143,6 +143,11 @@ _block_lock = threading.Lock()
 _block_class: Optional[type] = None
 
 
+def __dir__() -> list[str]:
+    """The module's names, the class built on first access included (``dir()``, documentation tools)."""
+    return sorted({*globals(), *__all__})
+
+
 def __getattr__(name: str) -> Any:
     """``RollingSummaryBlock`` is built (importing LlamaIndex) on first access."""
     if name == "RollingSummaryBlock":
