@@ -44,11 +44,6 @@ class SummarizerFailed(Exception):
     """A loaded summarizer raised or returned a non-``str``; the message is one line."""
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 message``, ``2 messages``: a count with its noun, plural where it is not one."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def _reason(error: BaseException) -> str:
     text = str(error).strip()
     first = text.splitlines()[0] if text else ""
@@ -209,7 +204,7 @@ class ProgressBar:
         """``summarize``, showing ``summarizing N messages...`` while it runs."""
 
         def summarizing(summary: str, messages: Sequence[Message]) -> str:
-            self._draw(f", summarizing {plural(len(messages), 'message')}...")
+            self._draw(f", summarizing {v.plural(len(messages), 'message')}...")
             return summarize(summary, messages)
 
         return summarizing
@@ -218,8 +213,8 @@ class ProgressBar:
         total = self.total
         filled = self.WIDTH * self.done // total if total else self.WIDTH
         bar = "#" * filled + "." * (self.WIDTH - filled)
-        done = f"{self.done}/{total} message{'' if total == 1 else 's'}"
-        self.stream.write(f"\rreplaying [{bar}] {done}, {plural(self.folds, 'fold')}{note}\x1b[K")
+        done = f"{self.done}/{v.plural(total, 'message')}"
+        self.stream.write(f"\rreplaying [{bar}] {done}, {v.plural(self.folds, 'fold')}{note}\x1b[K")
         self.stream.flush()
         self._drawn = True
 

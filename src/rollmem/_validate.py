@@ -200,3 +200,8 @@ def nest(path: str, error: InvalidStateError) -> InvalidStateError:
     if not path or inner == path or inner.startswith((path + ".", path + "[")):
         return error
     return type(error)(f"{path}.{inner}" if inner else path, error.problem)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 message``, ``2 messages``: a count with its noun, plural where it is not one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -31,8 +31,9 @@ from dataclasses import replace
 from typing import Any, Callable, NoReturn, Optional, TextIO
 
 from . import BufferMemory, MemoryStats, Message, RollingMemory, SummarizeFn, TokenCounter, __version__
-from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summarizer, plural
+from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summarizer
 from ._jsonl import TOO_MANY_DIGITS, JsonlError, lines_of, read_messages, sample_conversation, sample_text
+from ._validate import plural
 from .counters import chars, tiktoken_counter, words
 from .errors import InvalidStateError, MissingExtraError
 from .summarizers import extractive_summarizer

@@ -210,6 +210,15 @@ class _Memory:
         """The eviction rule of this memory (see :mod:`rollmem.policies`)."""
         return self._policy
 
+    def __repr__(self) -> str:
+        """``<RollingMemory max_tokens=2000 target_tokens=1000: 12 messages, summary of 340 chars,
+        3 folds>``: settings and sizes, read without calling the counter or any other callback."""
+        settings = "".join(f" {name}={value!r}" for name, value in self._policy.settings().items())
+        messages = v.plural(len(self._ledger.items), "message")
+        summary = v.plural(len(self._summary), "char")
+        folds = v.plural(self._counts["folds"], "fold")
+        return f"<{type(self).__name__}{settings}: {messages}, summary of {summary}, {folds}>"
+
     # -- public state -----------------------------------------------------------------------
 
     @property

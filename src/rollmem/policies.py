@@ -101,6 +101,14 @@ class Policy:
         """``(max_tokens, target_tokens)`` as ``stats()`` reports them (``None`` when not tokens)."""
         return None, None
 
+    def settings(self) -> dict[str, object]:
+        """The policy's settings by name, as its ``repr`` and its memory's ``repr`` show them."""
+        return {}
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.settings().items())
+        return f"{type(self).__name__}({shown})"
+
 
 class KeepAll(Policy):
     """Never evict (``BufferMemory``)."""
@@ -168,6 +176,9 @@ class TokenBudget(Policy):
     def limits(self) -> tuple[Optional[int], Optional[int]]:
         return self._max, min(self._target, self._max)
 
+    def settings(self) -> dict[str, object]:
+        return {"max_tokens": self._max, "target_tokens": min(self._target, self._max)}
+
 
 class MessageWindow(Policy):
     """Keep the newest ``max_messages`` messages (whole units); every message costs 1."""
@@ -194,6 +205,9 @@ class MessageWindow(Policy):
 
     def plan(self, buffer: BufferView) -> Optional[Plan]:
         return buffer.plan_budget(self._max, self._max)
+
+    def settings(self) -> dict[str, object]:
+        return {"max_messages": self._max}
 
 
 class FoldAll(Policy):

@@ -8,9 +8,9 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from rollmem import Message, RollingMemory, WindowMemory
+from rollmem import AsyncRollingMemory, BufferMemory, Message, RollingMemory, WindowMemory
 from rollmem.memory import AsyncMemory, Memory
-from rollmem.policies import BufferView, Plan, Policy, TokenBudget
+from rollmem.policies import BufferView, KeepAll, Plan, Policy, TokenBudget
 
 from .contract import MemoryContract
 
@@ -147,3 +147,27 @@ def test_a_coroutine_hook_on_a_sync_class_gets_advice_about_that_class() -> None
         RollingMemory(3, on_evict=hook)
     with pytest.raises(TypeError, match=r"use AsyncMemory for async callables$"):
         Memory(TokenBudget(3), on_evict=hook)
+
+
+def test_reprs_show_settings_and_sizes_without_calling_back() -> None:
+    calls: list[str] = []
+
+    def counter(text: str) -> int:
+        calls.append(text)
+        return len(text.split())
+
+    memory = RollingMemory(10, lambda summary, evicted: "s" * 3, counter, target_tokens=5)
+    for _ in range(5):
+        memory.add_user_message("a b c")
+    counted = len(calls)
+    expected = "<RollingMemory max_tokens=10 target_tokens=5: 2 messages, summary of 3 chars, 1 fold>"
+    assert repr(memory) == expected
+    assert len(calls) == counted  # repr asks no callback
+    assert repr(memory.policy) == "TokenBudget(max_tokens=10, target_tokens=5)"
+    assert repr(WindowMemory(3)) == "<WindowMemory max_messages=3: 0 messages, summary of 0 chars, 0 folds>"
+    assert repr(BufferMemory()) == "<BufferMemory: 0 messages, summary of 0 chars, 0 folds>"
+    assert repr(AsyncRollingMemory(100)).startswith("<AsyncRollingMemory max_tokens=100 target_tokens=100: ")
+    assert repr(KeepAll()) == "KeepAll()"
+    memory.clear()
+    memory.add_user_message("one")
+    assert repr(memory).endswith(": 1 message, summary of 0 chars, 1 fold>")
