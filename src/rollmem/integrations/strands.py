@@ -195,14 +195,15 @@ def _unit_message(message: Mapping[str, Any], path: str) -> Message:
     core's unit rule applies): a message with tool results is a tool message answering its first
     call id, which joins it to the assistant message holding all the calls it answers."""
     parts = _convert(message, path)
-    if len(parts) == 1:
-        return parts[0]
     first = parts[0]
+    if first.role != TOOL:
+        return first
     return Message(
         TOOL,
-        _join([str(part.content) for part in parts]),
-        id=message.get("tracking_id"),
+        _join([part.content for part in parts]),
+        id=_tracking_id(message),
         tool_call_id=first.tool_call_id,
+        metadata=first.metadata,
     )
 
 
@@ -537,13 +538,26 @@ class RollingConversationManager(ConversationManager):
         note = TRUNCATION_NOTE.format(before=tokens, after=allowed)
         original = self._view[index]["content"][position]["toolResult"]
         result = {key: value for key, value in original.items() if key != "content"}
-        result["content"] = [{"text": text[: len(text) * allowed // max(tokens, 1)] + "\n" + note}]
+        result["content"] = [{"text": _prefix(text, tokens, allowed, counter) + "\n" + note}]
         current = self._shown[index]
         content = list(current["content"])
         content[position] = {"toolResult": result}
         self._shown[index] = {**current, "content": content}
         self._dirty = True
         return True
+
+
+def _prefix(text: str, tokens: int, allowed: int, counter: TokenCounter) -> str:
+    """A prefix of ``text`` (``tokens`` long) of at most about ``allowed`` tokens, cut at a space."""
+    end = len(text) * allowed // max(tokens, 1)
+    for _ in range(3):
+        prefix = text[:end]
+        counted = counter(prefix)
+        if counted <= allowed:
+            break
+        end = end * allowed // counted
+    space = prefix.rfind(" ")
+    return prefix[:space] if space > 0 else prefix
 
 
 def _read_costs(items: list[Any], path: str) -> dict[str, int]:
