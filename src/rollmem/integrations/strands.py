@@ -29,10 +29,14 @@ from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
 
 _FEATURE = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
 
-if TYPE_CHECKING:
-    from strands.agent.conversation_manager import ConversationManager
-    from strands.hooks import BeforeModelCallEvent, HookRegistry
-    from strands.types.exceptions import ContextWindowOverflowException
+if (
+    TYPE_CHECKING
+):  # checked against strands-agents where it is installed (the ignores are for where it is not)
+    from strands.agent.conversation_manager import ConversationManager  # type: ignore[import-not-found, unused-ignore]
+    from strands.hooks import BeforeModelCallEvent, HookRegistry  # type: ignore[import-not-found, unused-ignore]
+    from strands.types.exceptions import (  # type: ignore[import-not-found, unused-ignore]
+        ContextWindowOverflowException,
+    )
 else:
     _conversation = import_extra(
         "strands.agent.conversation_manager", package="strands-agents", extra="strands", feature=_FEATURE
@@ -238,7 +242,7 @@ def _text_turn(text: str) -> dict[str, Any]:
     }
 
 
-class RollingConversationManager(ConversationManager):
+class RollingConversationManager(ConversationManager):  # type: ignore[misc, unused-ignore]
     """A Strands ``ConversationManager``: ``agent.messages`` holds a summary turn, then the newest
     messages verbatim within ``max_tokens`` by ``token_counter``.
 
@@ -349,7 +353,7 @@ class RollingConversationManager(ConversationManager):
         """Strands' state plus :data:`STATE_KEY`: ``{"version": 1, "summary": ..., "counter":
         identity of the token counter or None, "costs": [[tracking id, blocks, cost], ...]}``
         for the kept messages. JSON-ready."""
-        state = super().get_state()
+        state: dict[str, Any] = super().get_state()
         costs = self._memory.costs()
         state[STATE_KEY] = {
             "version": _STATE_VERSION,
