@@ -187,6 +187,7 @@ def test_a_long_tool_calling_conversation() -> None:
     for turn in range(1, 31):
         result = agent(f"question {turn} about x{turn}")
         assert str(result).strip() == f"answer to turn {turn}"
+        assert sum(manager.memory.costs()) <= 60  # the kept messages are within the budget
 
     assert len(recorder.calls) > 10
     check_exactly_once(added, recorder, manager)
@@ -282,6 +283,20 @@ def test_a_restored_manager_with_another_counter_counts_again(tmp_path: Path) ->
     second.apply_management(restored)
     assert len(calls) == kept  # a counter without an identity: the stored costs are not trusted
     assert second.memory.costs() == first.memory.costs()
+
+
+def test_public_names() -> None:
+    from rollmem.integrations import strands as module
+
+    assert module.__all__ == [
+        "DEFAULT_MAX_TOKENS",
+        "DEFAULT_TARGET_TOKENS",
+        "STATE_KEY",
+        "SUMMARY_HEADER",
+        "TRUNCATION_NOTE",
+        "RollingConversationManager",
+        "to_rollmem",
+    ]
 
 
 def test_the_defaults() -> None:
@@ -473,7 +488,14 @@ def test_bad_state_is_refused_and_nothing_changes() -> None:
     bad = {**good, STATE_KEY: {**good[STATE_KEY], "summary": "s", "costs": [["t", 1, -1]]}}
     with pytest.raises(InvalidStateError, match=r"rollmem\.costs\[0\]\[2\]: expected an int >= 0, got -1"):
         manager.restore_from_session(bad)
+    with pytest.raises(
+        InvalidStateError, match="__name__: expected 'RollingConversationManager', got 'Sliding"
+    ):
+        manager.restore_from_session(
+            {"__name__": "SlidingWindowConversationManager", "removed_message_count": 3}
+        )
     assert manager.summary == ""
+    assert manager.removed_message_count == 0
     head = manager.restore_from_session({**good, STATE_KEY: {**good[STATE_KEY], "summary": "s"}})
     assert head is not None
     assert [(m["role"], m["content"]) for m in head] == [("user", [{"text": SUMMARY_HEADER + "s"}])]

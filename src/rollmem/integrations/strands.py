@@ -373,6 +373,10 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
         Stored costs are used when the token counter has the identity they were measured with
         (:func:`rollmem.counters.counter_identity`). Bad state raises
         :class:`~rollmem.errors.InvalidStateError` naming the field, and nothing changes."""
+        name = state.get("__name__")
+        if name != type(self).__name__:
+            raise InvalidStateError("__name__", f"expected {type(self).__name__!r}, got {name!r}")
+        v.check_int("removed_message_count", v.get_int(state, "removed_message_count", ""), 0)
         data = v.expect_mapping(v.get_mapping(state, STATE_KEY, ""), STATE_KEY)
         version = v.get_int(data, "version", STATE_KEY)
         if version != _STATE_VERSION:
