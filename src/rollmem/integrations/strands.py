@@ -233,12 +233,14 @@ def _cost_key(message: Mapping[str, Any]) -> Optional[str]:
     return f"{ident}#{len(content) if isinstance(content, list) else 0}"
 
 
-def _text_turn(text: str) -> dict[str, Any]:
+def _text_turn(text: str, kind: str) -> dict[str, Any]:
+    """A user turn of this manager's own: ``metadata.custom["rollmem"]`` says which (stripped
+    before model calls, like the tracking id)."""
     return {
         "role": USER,
         "content": [{"text": text}],
         "tracking_id": str(uuid.uuid4()),
-        "metadata": {"custom": {_MARK: "summary"}},
+        "metadata": {"custom": {_MARK: kind}},
     }
 
 
@@ -265,9 +267,9 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
     user turn of its own before them (``CONTINUATION_TEXT`` when there is no summary). That turn
     changes only when a fold does, so a cached prompt prefix stays valid between folds.
 
-    :meth:`reduce_context` (a context-window overflow) folds every unit but the newest, then
-    truncates the largest tool results of the newest unit; when nothing is left to reduce it
-    raises Strands' ``ContextWindowOverflowException``. :meth:`get_state` holds the summary and
+    :meth:`reduce_context` (a context-window overflow) folds older units first, then truncates
+    the largest tool result of the newest unit; when nothing is left to reduce it raises
+    Strands' ``ContextWindowOverflowException``. :meth:`get_state` holds the summary and
     the cost of each kept message (``removed_message_count`` the folded ones), so an agent
     restored by a session manager folds nothing again and counts nothing again.
 
@@ -392,7 +394,7 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
         trusted = counter is not None and counter == counter_identity(self._memory.token_counter or words)
         self._known = known if trusted else {}
         self._view, self._shown, self._truncated = [], [], {}
-        self._head = _text_turn(SUMMARY_HEADER + summary) if summary else None
+        self._head = _text_turn(SUMMARY_HEADER + summary, "summary") if summary else None
         self._merged = False
         self._dirty = True
         return None if self._head is None else [self._head]
@@ -499,9 +501,9 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
                 }
                 merged = True
         elif summary:
-            head = _text_turn(SUMMARY_HEADER + summary)
+            head = _text_turn(SUMMARY_HEADER + summary, "summary")
         elif shown:
-            head = _text_turn(CONTINUATION_TEXT)
+            head = _text_turn(CONTINUATION_TEXT, "continuation")
         self._head, self._merged, self._dirty = head, merged, False
         agent.messages[:] = ([] if head is None else [head]) + shown[1 if merged else 0 :]
 
