@@ -203,6 +203,12 @@ def test_a_long_tool_calling_conversation() -> None:
     assert alone
     assert merged
     assert all(r[1]["role"] == "assistant" for r in alone)
+    # between two folds a request extends the one before it: a cached prompt prefix stays valid
+    steady = [
+        (a, b) for a, b in zip(model.requests, model.requests[1:]) if a[0]["content"][0] == b[0]["content"][0]
+    ]
+    assert len(steady) > 20
+    assert all(after[: len(before)] == before for before, after in steady)
     assert [calls for calls in (r[1]["content"] for r in alone) if any("toolUse" in b for b in calls)]
     # what the model saw last: the summary turn, then the kept messages as the agent added them
     assert agent.messages[0]["content"][0]["text"] == SUMMARY_HEADER + manager.summary
