@@ -29,9 +29,8 @@ from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
 
 _FEATURE = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
 
-if (
-    TYPE_CHECKING
-):  # checked against strands-agents where it is installed (the ignores are for where it is not)
+# Checked against strands-agents where it is installed (the ignores are for where it is not).
+if TYPE_CHECKING:
     from strands.agent.conversation_manager import ConversationManager  # type: ignore[import-not-found, unused-ignore]
     from strands.hooks import BeforeModelCallEvent, HookRegistry  # type: ignore[import-not-found, unused-ignore]
     from strands.types.exceptions import (  # type: ignore[import-not-found, unused-ignore]
