@@ -66,8 +66,6 @@ _STATE_VERSION = 1
 _EXCLUDED = "_excluded"  # agent_framework.EXCLUDED_KEY: messages the framework leaves out of a request
 _EXCLUDE_REASON = "_exclude_reason"
 _REASON = "rollmem_summarized"
-_SUMMARY_ID = "rollmem-summary"
-_CONTINUATION_ID = "rollmem-continuation"
 
 
 def _import() -> Any:
@@ -292,10 +290,13 @@ class RollingCompaction:
         state = self._own if bound is None else bound
         where = "state" if bound is None else f"session.state[{self.source_id!r}]"
         before = list(messages)
+        previous = {
+            message.additional_properties[SUMMARY_MARKER]: message for message in before if _is_ours(message)
+        }
         messages[:] = [message for message in messages if not _is_ours(message)]
         plan = _Plan(messages, state, where)
         await self._fold(plan, state)
-        flags_changed = self._render(messages, plan, state)
+        flags_changed = self._render(messages, plan, state, previous)
         moved = len(before) != len(messages) or any(a is not b for a, b in zip(before, messages))
         return flags_changed or moved
 
@@ -358,10 +359,12 @@ class RollingCompaction:
         )
         plan.start += folded
 
-    def _render(self, messages: list[Any], plan: _Plan, state: Mapping[str, Any]) -> bool:
+    def _render(
+        self, messages: list[Any], plan: _Plan, state: Mapping[str, Any], previous: dict[str, Any]
+    ) -> bool:
         """Mark folded messages excluded, insert the summary (and a user turn when the kept
-        messages would not open with one); returns whether any exclusion mark changed."""
-        af = _import()
+        messages would not open with one; the same objects as last time when their text is the
+        same); returns whether any exclusion mark changed."""
         changed = False
         for index, message in enumerate(plan.conversation):
             properties = message.additional_properties
@@ -372,19 +375,20 @@ class RollingCompaction:
                 properties[_EXCLUDE_REASON] = _REASON
         kept = plan.conversation[plan.start :]
         inserted = []
-        summary = state["summary"]
-        if summary:
-            marker = {SUMMARY_MARKER: "summary"}
-            inserted.append(
-                af.Message(SYSTEM, [summary], message_id=_SUMMARY_ID, additional_properties=marker)
-            )
+        if state["summary"]:
+            inserted.append(_ours(previous, "summary", SYSTEM, state["summary"]))
         if kept and kept[0].role != USER:
-            marker = {SUMMARY_MARKER: "continuation"}
-            inserted.append(
-                af.Message(
-                    USER, [CONTINUATION_TEXT], message_id=_CONTINUATION_ID, additional_properties=marker
-                )
-            )
+            inserted.append(_ours(previous, "continuation", USER, CONTINUATION_TEXT))
         position = plan.standing + plan.start
         messages[position:position] = inserted
         return changed
+
+
+def _ours(previous: Mapping[str, Any], kind: str, role: str, text: str) -> Any:
+    """The message this strategy inserts: ``previous[kind]`` when it says the same, else a new one."""
+    message = previous.get(kind)
+    if message is not None and message.role == role and message.text == text:
+        return message
+    af = _import()
+    properties = {SUMMARY_MARKER: kind, _EXCLUDED: False}
+    return af.Message(role, [text], message_id=f"rollmem-{kind}", additional_properties=properties)
