@@ -5,7 +5,7 @@ runs the tools, the history provider and the compaction)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Optional
 
 import pytest
@@ -18,7 +18,9 @@ from agent_framework import (  # noqa: E402
     BaseChatClient,
     ChatMiddlewareLayer,
     ChatResponse,
+    ChatResponseUpdate,
     Content,
+    ContextProvider,
     FunctionInvocationLayer,
     Message,
     tool,
@@ -87,8 +89,27 @@ class ScriptedClient(FunctionInvocationLayer, ChatMiddlewareLayer, BaseChatClien
     def _inner_get_response(
         self, *, messages: Sequence[Message], stream: bool, options: Any, **kwargs: Any
     ) -> Any:
-        assert not stream
-        return self._answer(messages)
+        if not stream:
+            return self._answer(messages)
+
+        async def updates() -> AsyncIterator[ChatResponseUpdate]:
+            response = await self._answer(messages)
+            for message in response.messages:
+                yield ChatResponseUpdate(role=message.role, contents=message.contents)
+
+        return self._build_response_stream(updates())
+
+
+class Reminder(ContextProvider):  # type: ignore[misc]
+    """Adds a system message to every run (not stored in the history), as memory providers do."""
+
+    def __init__(self) -> None:
+        super().__init__("reminder")
+        self.runs = 0
+
+    async def before_run(self, *, agent: Any, session: Any, context: Any, state: Any) -> None:
+        self.runs += 1
+        context.extend_messages(self, [Message("system", [f"Reminder {self.runs}: be kind."])])
 
 
 class CountingWords:
@@ -154,13 +175,13 @@ def check_request(request: Sequence[Message], summary: Optional[str] = None) -> 
         assert [m.text for m in marked] == [summary]
 
 
-def make_agent(rolling: RollingCompaction, client: ScriptedClient) -> Agent:
+def make_agent(rolling: RollingCompaction, client: ScriptedClient, *more: ContextProvider) -> Agent:
     return Agent(
         client,
         instructions="Answer briefly.",
         tools=[weather, local_time],
         compaction_strategy=rolling,
-        context_providers=[rolling],
+        context_providers=[rolling, *more],
     )
 
 
@@ -174,7 +195,7 @@ async def test_a_long_tool_calling_conversation_across_restarts(recorder: Any) -
     settings: dict[str, Any] = {"max_tokens": 40, "summarize_fn": recorder, "token_counter": counter}
     rolling = RollingCompaction(**settings)
     client = ScriptedClient(rounds=2)
-    agent = make_agent(rolling, client)
+    agent = make_agent(rolling, client, Reminder())
     session = agent.create_session()
     requests: list[list[Message]] = []
     for turn in range(24):
@@ -183,13 +204,19 @@ async def test_a_long_tool_calling_conversation_across_restarts(recorder: Any) -
             session = restart(session)
             rolling = RollingCompaction(**settings)
             client = ScriptedClient(rounds=2 + turn % 5, tag=f"r{turn}-")
-            agent = make_agent(rolling, client)
-        await agent.run(f"question {turn}: what about {CITIES[turn % len(CITIES)]} today?", session=session)
+            agent = make_agent(rolling, client, Reminder())
+        question = f"question {turn}: what about {CITIES[turn % len(CITIES)]} today?"
+        if turn % 2:
+            await agent.run(question, session=session, stream=True).get_final_response()
+        else:
+            await agent.run(question, session=session)
         check_request(client.requests[-1], rolling.summary(session) or None)
     requests += client.requests
 
     for request in requests:
         check_request(request)
+        reminders = [m.text for m in request if m.role == "system" and not is_ours(m)]
+        assert [text.split(":")[0].split()[0] for text in reminders] == ["Reminder"]  # kept, never folded
     assert any(c.type == "function_call" for r in requests for m in r for c in m.contents)
     assert any(len([c for c in m.contents if c.type == "function_call"]) == 2 for r in requests for m in r)
     assert any(m.text == CONTINUATION_TEXT for r in requests for m in r)  # a long tool chain was cut

@@ -17,8 +17,9 @@ oldest messages into a running summary with the rules of :class:`~rollmem.AsyncR
 messages holding their ``function_result`` s (parallel calls included), so no request splits a
 call from its result; the newest unit always stays; the kept part opens with a user turn when it
 can. What leaves goes to one ``summarize_fn(summary, evicted)`` call, each message exactly once.
-The request is then: the system messages the list opens with (untouched, not counted), the
-summary as a system message (marked, see :data:`SUMMARY_MARKER`), a user turn
+System messages (those a context provider adds for a run, say) are not part of the conversation:
+never counted, never folded, left where they are. The request is then: the system messages the
+list opens with, the summary as a system message (marked, see :data:`SUMMARY_MARKER`), a user turn
 :data:`rollmem.adapters.CONTINUATION_TEXT` when the kept messages would not open with the user's
 (the rule of :func:`rollmem.adapters.for_provider`), then the kept messages verbatim. Folded
 messages stay in the list, marked excluded, as the framework's own strategies leave them.
@@ -173,16 +174,18 @@ def _checked_state(state: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 class _Plan:
-    """One call's view of the list: where the conversation starts and what is already folded."""
+    """One call's view of the list: the conversation (every message but the system ones, which
+    instructions and context providers add for a run and which stay where they are) and how
+    much of it is already folded."""
 
     __slots__ = ("conversation", "standing", "start")
 
     def __init__(self, messages: list[Any], state: Mapping[str, Any], where: str) -> None:
-        standing = 0
+        standing = 0  # the system messages the list opens with: the summary goes after them
         while standing < len(messages) and messages[standing].role == SYSTEM:
             standing += 1
         self.standing = standing
-        self.conversation = messages[standing:]
+        self.conversation = [message for message in messages if message.role != SYSTEM]
         self.start = self._locate(state, where)
 
     def _locate(self, state: Mapping[str, Any], where: str) -> int:
@@ -379,8 +382,7 @@ class RollingCompaction:
             inserted.append(_ours(previous, "summary", SYSTEM, state["summary"]))
         if kept and kept[0].role != USER:
             inserted.append(_ours(previous, "continuation", USER, CONTINUATION_TEXT))
-        position = plan.standing + plan.start
-        messages[position:position] = inserted
+        messages[plan.standing : plan.standing] = inserted  # before every message of the conversation
         return changed
 
 
