@@ -22,6 +22,7 @@ from agent_framework import (  # noqa: E402
     Content,
     ContextProvider,
     FunctionInvocationLayer,
+    InMemoryHistoryProvider,
     Message,
     tool,
 )
@@ -190,12 +191,16 @@ def restart(session: AgentSession) -> AgentSession:
     return AgentSession.from_dict(json.loads(json.dumps(session.to_dict())))
 
 
-async def test_a_long_tool_calling_conversation_across_restarts(recorder: Any) -> None:
+@pytest.mark.parametrize("skip_excluded", [False, True], ids=["whole-history", "skip-excluded"])
+async def test_a_long_tool_calling_conversation_across_restarts(recorder: Any, skip_excluded: bool) -> None:
+    """24 runs of one to six tool rounds (parallel calls every third request), half of them
+    streamed, a restart every 6 runs; with a history provider that loads the whole history, or
+    one that leaves out the messages marked excluded."""
     counter = CountingWords()
     settings: dict[str, Any] = {"max_tokens": 40, "summarize_fn": recorder, "token_counter": counter}
     rolling = RollingCompaction(**settings)
     client = ScriptedClient(rounds=2)
-    agent = make_agent(rolling, client, Reminder())
+    agent = make_agent(rolling, client, InMemoryHistoryProvider(skip_excluded=skip_excluded), Reminder())
     session = agent.create_session()
     requests: list[list[Message]] = []
     for turn in range(24):
@@ -204,7 +209,9 @@ async def test_a_long_tool_calling_conversation_across_restarts(recorder: Any) -
             session = restart(session)
             rolling = RollingCompaction(**settings)
             client = ScriptedClient(rounds=2 + turn % 5, tag=f"r{turn}-")
-            agent = make_agent(rolling, client, Reminder())
+            agent = make_agent(
+                rolling, client, InMemoryHistoryProvider(skip_excluded=skip_excluded), Reminder()
+            )
         question = f"question {turn}: what about {CITIES[turn % len(CITIES)]} today?"
         if turn % 2:
             await agent.run(question, session=session, stream=True).get_final_response()
@@ -228,7 +235,8 @@ async def test_a_long_tool_calling_conversation_across_restarts(recorder: Any) -
     assert folded == stored[: len(folded)]  # ... oldest first, none skipped
     state = rolling.state(session)
     newest = history(session)[-1]  # the last reply: measured at the next model call
-    assert state["folded"] + state["known"] == len(history(session)) - 1
+    loaded = [m for m in history(session) if not (skip_excluded and m.additional_properties.get("_excluded"))]
+    assert state["folded"] + state["known"] == len(loaded) - 1
     assert rolling.summary(session) == recorder.results[-1]
     assert counter.calls == len(stored) - len(keys(newest))  # each message counted once, restarts included
 
@@ -283,7 +291,7 @@ async def test_without_the_provider_the_state_is_the_objects_and_refuses_another
         await agent.run(f"question {turn} about the weather in town", session=session)
     assert rolling.summary() == recorder.results[-1]
     assert rolling.state()["folded"] > 0
-    with pytest.raises(InvalidStateError, match=r"^state\.anchor: the messages do not hold"):
+    with pytest.raises(InvalidStateError, match=r"^state\.anchor: the messages hold neither the last"):
         await agent.run("another conversation", session=agent.create_session())
 
 

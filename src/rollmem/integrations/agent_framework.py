@@ -144,7 +144,15 @@ def _is_ours(message: Any) -> bool:
 
 
 def _new_state() -> dict[str, Any]:
-    return {"version": _STATE_VERSION, "summary": "", "folded": 0, "anchor": None, "costs": [], "known": 0}
+    return {
+        "version": _STATE_VERSION,
+        "summary": "",
+        "folded": 0,
+        "anchor": None,
+        "next": None,
+        "costs": [],
+        "known": 0,
+    }
 
 
 def _checked_state(state: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -166,6 +174,7 @@ def _checked_state(state: Mapping[str, Any], where: str) -> dict[str, Any]:
         "summary": v.get_str(state, "summary", where),
         "folded": v.check_int(v.join(where, "folded"), state.get("folded"), 0),
         "anchor": v.get_optional_str(state, "anchor", where),
+        "next": v.get_optional_str(state, "next", where),
         "costs": list(costs),
         "known": v.check_int(v.join(where, "known"), state.get("known"), 0),
         "counter": v.get_optional_str(state, "counter", where),
@@ -178,7 +187,7 @@ class _Plan:
     instructions and context providers add for a run and which stay where they are) and how
     much of it is already folded."""
 
-    __slots__ = ("conversation", "standing", "start")
+    __slots__ = ("aligned", "conversation", "standing", "start")
 
     def __init__(self, messages: list[Any], state: Mapping[str, Any], where: str) -> None:
         standing = 0  # the system messages the list opens with: the summary goes after them
@@ -186,24 +195,41 @@ class _Plan:
             standing += 1
         self.standing = standing
         self.conversation = [message for message in messages if message.role != SYSTEM]
+        self.aligned = True  # whether conversation[start] is the message the stored costs start with
         self.start = self._locate(state, where)
 
     def _locate(self, state: Mapping[str, Any], where: str) -> int:
-        folded, anchor = state["folded"], state["anchor"]
+        """Where the unfolded messages start: after the last folded message (``anchor``), at
+        the first kept one (``next``). Checked where the state expects them, else searched (a
+        history provider may leave folded messages out, ``skip_excluded=True``)."""
+        folded, last, first = state["folded"], state["anchor"], state["next"]
         conversation = self.conversation
-        if folded == 0 or anchor is None:
+        if last is None:
             return 0
-        if folded <= len(conversation) and _fingerprint(conversation[folded - 1]) == anchor:
+        prints: dict[int, str] = {}
+
+        def at(index: int) -> Optional[str]:
+            if not 0 <= index < len(conversation):
+                return None
+            if index not in prints:
+                prints[index] = _fingerprint(conversation[index])
+            return prints[index]
+
+        if at(folded - 1) == last and at(folded) == first:
             return int(folded)
-        matches = [i for i, message in enumerate(conversation) if _fingerprint(message) == anchor]
-        if not matches:
+        found = [index for index in range(len(conversation)) if at(index) == first]
+        if not found:  # the first kept message is gone: start after the last folded one
+            self.aligned = False
+            found = [index + 1 for index in range(len(conversation)) if at(index) == last]
+        if not found:
             raise InvalidStateError(
                 v.join(where, "anchor"),
-                "the messages do not hold the last message folded into the summary: this state belongs "
-                "to another conversation, or the history provider did not load the whole history "
-                "(give each session its own state: context_providers=[the RollingCompaction])",
+                "the messages hold neither the last message folded into the summary nor the first "
+                "one kept: this state belongs to another conversation, or the history provider "
+                "did not load the history (give each session its own state: "
+                "context_providers=[the RollingCompaction])",
             )
-        return min(matches, key=lambda index: abs(index - (folded - 1))) + 1
+        return min(found, key=lambda index: (at(index - 1) != last, abs(index - folded)))
 
 
 # -- the strategy ----------------------------------------------------------------------------------
@@ -273,9 +299,10 @@ class RollingCompaction:
 
     def state(self, session: Any = None) -> dict[str, Any]:
         """A copy of the state: of ``session`` (an ``AgentSession``), else this object's own.
-        Keys: ``summary``, ``folded`` (messages folded), ``costs``, and bookkeeping."""
+        Keys: ``summary``, ``folded`` (conversation messages folded), ``costs`` (of the kept
+        messages measured so far, ``known`` of them), and bookkeeping."""
         if session is None:
-            return dict(self._own)
+            return {**self._own, "costs": list(self._own["costs"])}
         return _checked_state(session.state.get(self.source_id, {}), f"session.state[{self.source_id!r}]")
 
     def summary(self, session: Any = None) -> str:
@@ -317,7 +344,7 @@ class RollingCompaction:
         trusted = state.get("writer") == self._writer or (
             self._counter_identity is not None and state.get("counter") == self._counter_identity
         )
-        if not trusted or plan.start != state["folded"]:
+        if not trusted or not plan.aligned:
             return 0
         return min(int(state["known"]), len(plan.conversation) - plan.start)
 
@@ -350,6 +377,7 @@ class RollingCompaction:
             folded += 1
         if folded:
             state.update(summary=memory.summary, anchor=_fingerprint(live[folded - 1]))
+            state.update(next=_fingerprint(live[folded]) if folded < len(live) else None)
         kept_costs = memory.costs()
         if len(kept_costs) != len(converted) - (bounds[folded - 1] if folded else 0):
             kept_costs = []  # a fold ended inside a message: its rest is counted again next time
