@@ -29,8 +29,10 @@ As a context provider it keeps that state (summary, fold position, token costs) 
 / ``AgentSession.from_dict``) persists the summary too: a new process continues without
 summarizing or counting anything again. A run's folds are committed to the session when the run
 ends, after the history provider stored its messages; a run that fails commits nothing, like the
-history. Without ``context_providers=[rolling]`` the state lives in the object, for one
-conversation.
+history. The fold position is found again by fingerprints (role and contents) of the last folded
+and the first kept message, so the history provider may load the whole history or leave out the
+messages marked excluded (``skip_excluded=True``). Without ``context_providers=[rolling]`` the
+state lives in the object, for one conversation. Checked with ``agent-framework-core`` 1.23.
 """
 
 from __future__ import annotations
