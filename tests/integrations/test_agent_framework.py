@@ -346,3 +346,30 @@ async def test_a_bad_stored_state_names_the_field() -> None:
         InvalidStateError, match=r"^session\.state\['rollmem'\]\.summary: expected str, got int"
     ):
         await agent.run("hi", session=session)
+
+
+async def test_a_nested_run_gives_the_outer_run_its_state_back(recorder: Any) -> None:
+    """An agent used as a tool runs inside another run: each run folds into its own session."""
+    rolling = RollingCompaction(8, recorder)
+    outer, inner = AgentSession(), AgentSession()
+
+    def conversation(name: str) -> list[Message]:
+        return [Message("user", [f"{name} one two three four"]), Message("user", [f"{name} five six seven"])]
+
+    async def bind(session: AgentSession) -> None:
+        await rolling.before_run(
+            agent=None, session=session, context=None, state=session.state.setdefault("rollmem", {})
+        )
+
+    async def unbind(session: AgentSession) -> None:
+        await rolling.after_run(agent=None, session=session, context=None, state=session.state["rollmem"])
+
+    await bind(outer)
+    await bind(inner)
+    await rolling(conversation("inner"))
+    await unbind(inner)
+    await rolling(conversation("outer"))
+    await unbind(outer)
+    assert rolling.summary(inner) == "inner one two three four"
+    assert rolling.summary(outer) == "outer one two three four"
+    assert rolling.summary() == ""  # nothing went to the object's own state

@@ -234,6 +234,16 @@ class _Plan:
         return min(found, key=lambda index: (at(index - 1) != last, abs(index - folded)))
 
 
+class _Binding:
+    """A run's working copy of its session's state, and the binding of the run around it."""
+
+    __slots__ = ("outer", "working")
+
+    def __init__(self, working: dict[str, Any], outer: Optional[_Binding]) -> None:
+        self.working = working
+        self.outer = outer
+
+
 # -- the strategy ----------------------------------------------------------------------------------
 
 
@@ -280,7 +290,7 @@ class RollingCompaction:
         self._counter_identity = counter_identity(memory.token_counter)
         self._writer = uuid.uuid4().hex  # costs this object wrote are trusted whatever the counter
         self._own: dict[str, Any] = _new_state()
-        self._bound: contextvars.ContextVar[Optional[dict[str, Any]]] = contextvars.ContextVar(
+        self._bound: contextvars.ContextVar[Optional[_Binding]] = contextvars.ContextVar(
             f"rollmem_compaction_{self._writer}", default=None
         )
 
@@ -289,15 +299,16 @@ class RollingCompaction:
     async def before_run(self, *, agent: Any, session: Any, context: Any, state: dict[str, Any]) -> None:
         """Bind this run to the session's state (a working copy, committed by :meth:`after_run`)."""
         working = _checked_state(state, f"session.state[{self.source_id!r}]")
-        self._bound.set(working)
+        self._bound.set(_Binding(working, self._bound.get()))
 
     async def after_run(self, *, agent: Any, session: Any, context: Any, state: dict[str, Any]) -> None:
-        """Commit the run's folds to the session's state."""
-        working = self._bound.get()
-        if working is not None:
+        """Commit the run's folds to the session's state; a run nested in another (an agent used
+        as a tool) gives the outer run its binding back."""
+        binding = self._bound.get()
+        if binding is not None:
             state.clear()
-            state.update(working)
-        self._bound.set(None)
+            state.update(binding.working)
+            self._bound.set(binding.outer)
 
     def state(self, session: Any = None) -> dict[str, Any]:
         """A copy of the state: of ``session`` (an ``AgentSession``), else this object's own.
@@ -319,7 +330,7 @@ class RollingCompaction:
         if not isinstance(messages, list):
             raise TypeError(f"messages: expected a list of Message, got {v.type_name(messages)}")
         bound = self._bound.get()
-        state = self._own if bound is None else bound
+        state = self._own if bound is None else bound.working
         where = "state" if bound is None else f"session.state[{self.source_id!r}]"
         before = list(messages)
         previous = {
