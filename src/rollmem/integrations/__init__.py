@@ -5,6 +5,7 @@
 - :mod:`rollmem.integrations.pydantic_ai`: ``rolling_history`` for pydantic-ai agents.
 - :mod:`rollmem.integrations.llama_index`: ``RollingSummaryBlock`` for LlamaIndex memory.
 - :mod:`rollmem.integrations.strands`: ``RollingConversationManager`` for Strands Agents.
+- :mod:`rollmem.integrations.agent_framework`: ``RollingCompaction`` for Microsoft Agent Framework agents.
 
 Importing this package imports no framework.
 """
