@@ -156,14 +156,17 @@ def test_a_second_result_for_one_call_is_sent_as_text() -> None:
     assert to_openai(messages)[-1] == {"role": "user", "content": "[result of tool call c1] again"}
 
 
-def test_langchain_converts_an_unpaired_result_faithfully() -> None:
+def test_langchain_sends_an_unpaired_result_as_text_too() -> None:
     pytest.importorskip("langchain_core")
     from rollmem.adapters.langchain import from_langchain, to_langchain
 
     messages = [Message("user", "q"), Message("tool", "18C", tool_call_id="c1")]
     converted = to_langchain(messages)
-    assert type(converted[1]).__name__ == "ToolMessage"
-    assert from_langchain(converted) == messages
+    assert type(converted[1]).__name__ == "HumanMessage"
+    assert from_langchain(converted) == [
+        Message("user", "q"),
+        Message("user", "[result of tool call c1] 18C"),
+    ]
 
 
 # -- any buffer a memory can hold ------------------------------------------------------------------
