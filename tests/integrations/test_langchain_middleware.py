@@ -194,10 +194,15 @@ def split_view(received: list[BaseMessage]) -> tuple[str, list[BaseMessage]]:
         summary, rest = str(rest[0].content), rest[1:]
     # the provider rule: the first turn is the user's, an opening turn inserted when needed
     assert not rest or isinstance(rest[0], HumanMessage)
-    if rest and isinstance(rest[0], HumanMessage) and rest[0].id is None and len(rest) > 1:
-        if rest[0].content == (CONTINUATION_TEXT if summary else CONTINUATION_TEXT_PLAIN):
-            assert not isinstance(rest[1], HumanMessage)
-            rest = rest[1:]
+    opening = CONTINUATION_TEXT if summary else CONTINUATION_TEXT_PLAIN
+    if (
+        len(rest) > 1
+        and isinstance(rest[0], HumanMessage)
+        and rest[0].id is None
+        and rest[0].content == opening
+    ):
+        assert not isinstance(rest[1], HumanMessage)
+        rest = rest[1:]
     return summary, rest
 
 
