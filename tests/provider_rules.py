@@ -1,5 +1,5 @@
-"""What the providers accept, as they document it: checkers shared by the adapter tests (imported as
-a plain module: pytest puts this folder on sys.path)."""
+"""What the providers accept, as they document it: checkers shared by the adapter and integration
+tests (imported as a plain module: pytest puts this folder, conftest.py's, on sys.path)."""
 
 from __future__ import annotations
 
