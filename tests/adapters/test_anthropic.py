@@ -542,6 +542,7 @@ def test_cache_one_system_message_no_system_and_the_ttl() -> None:
             "cache_ttl must be None, or '5m' or '1h' with cache=True; got '2h'",
         ),
         ({"cache": 1}, "cache: expected bool, got int"),
+        ({"continuation": ""}, "continuation must not be empty"),
     ],
 )
 def test_cache_arguments_are_checked(kwargs: dict[str, Any], message: str) -> None:

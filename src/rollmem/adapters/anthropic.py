@@ -121,10 +121,10 @@ def to_anthropic(
     ``ValueError`` (naming ``messages[i]`` and the field) for a role other than
     user/assistant/system/tool, tool calls off an assistant message, a ``tool_call_id`` off a tool
     message, a tool message without ``tool_call_id``, or tool-call ``arguments`` that are not a
-    JSON object; ``ValueError`` for a ``cache_ttl`` other than those.
+    JSON object; ``ValueError`` for a ``cache_ttl`` other than those or an empty ``continuation``.
     """
     if continuation is not None:
-        v.check_str("continuation", continuation)
+        v.check_str("continuation", continuation, allow_empty=False)
     v.check_bool("cache", cache)
     if cache_ttl is not None and (not cache or cache_ttl not in _CACHE_TTLS):
         raise ValueError(f"cache_ttl must be None, or '5m' or '1h' with cache=True; got {cache_ttl!r}")
