@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollmem import Message, RollingMemory, ToolCall
-from rollmem.adapters import from_anthropic, to_anthropic
+from rollmem.adapters import from_anthropic, to_anthropic, user_first
 from rollmem.adapters._common import pair_tool_results
 from rollmem.adapters.anthropic import CONTINUATION
 
@@ -84,7 +84,7 @@ def test_a_rolled_memory_becomes_a_request_the_api_accepts() -> None:
     assert to_anthropic(memory.get_messages()) == (
         "The user is planning a trip to Lisbon.\n\nBe brief.",
         [
-            {"role": "user", "content": "(conversation continues)"},
+            {"role": "user", "content": "(The conversation continues from the summary above.)"},
             {
                 "role": "assistant",
                 "content": [
@@ -109,7 +109,7 @@ def test_the_continuation_turn_text_can_be_chosen() -> None:
         "",
         [{"role": "user", "content": "(resumed)"}, {"role": "assistant", "content": "Hello again."}],
     )
-    assert CONTINUATION == "(conversation continues)"
+    assert CONTINUATION == "(The conversation continues from the summary above.)"
 
 
 def test_parallel_tool_results_share_one_user_turn_with_the_next_text() -> None:
@@ -456,7 +456,8 @@ _any_message = st.one_of(
 @given(st.lists(_any_message, max_size=10))
 def test_every_request_alternates_and_starts_with_a_user_turn(messages: list[Message]) -> None:
     system, turns = to_anthropic(messages)
-    messages = pair_tool_results(messages, skip_system=True)  # what is sent: unpaired calls/results as text
+    # what is sent: unpaired calls/results as text, a user turn first
+    messages = user_first(pair_tool_results(messages, skip_system=True))
     assert system == "\n\n".join(m.content for m in messages if m.role == "system" and m.content)
     assert [turn["role"] for turn in turns] == ["user", "assistant"] * (len(turns) // 2) + ["user"] * (
         len(turns) % 2
@@ -473,9 +474,106 @@ def test_every_request_alternates_and_starts_with_a_user_turn(messages: list[Mes
     kept = [m for m in messages if m.role != "system" and (m.content or m.tool_calls or m.role == "tool")]
     back = from_anthropic(system, turns)
     back = back[1 if system else 0 :]
-    if kept and kept[0].role == "assistant":
+    if kept and kept[0].role == "assistant":  # a user turn with no text came first
         assert back.pop(0) == Message("user", CONTINUATION)
     assert [(m.role, m.content, m.tool_call_id) for m in back if m.content or m.role != "assistant"] == [
         (m.role, m.content, m.tool_call_id) for m in kept if m.content or m.role != "assistant"
     ]
     assert [call for m in back for call in m.tool_calls] == [call for m in kept for call in m.tool_calls]
+
+
+# -- prompt caching ----------------------------------------------------------------------------------
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def test_cache_places_breakpoints_after_system_prompt_summary_and_conversation() -> None:
+    messages = [
+        Message("system", "You are a weather bot."),
+        Message("system", "Summary: Paris trip."),
+        Message("user", "Weather?"),
+        Message("assistant", "", tool_calls=(ToolCall("t1", "get_weather", '{"city":"Paris"}'),)),
+        Message("tool", "18C", tool_call_id="t1"),
+    ]
+    system, turns = to_anthropic(messages, cache=True)
+    assert system == [
+        {"type": "text", "text": "You are a weather bot.", "cache_control": EPHEMERAL},
+        {"type": "text", "text": "Summary: Paris trip.", "cache_control": EPHEMERAL},
+    ]
+    assert turns == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "18C", "cache_control": EPHEMERAL}
+            ],
+        },
+    ]
+    # without cache: byte for byte what it was
+    plain = to_anthropic(messages)
+    assert plain == to_anthropic(messages, cache=False)
+    assert "cache_control" not in json.dumps(plain)
+    assert plain[0] == "You are a weather bot.\n\nSummary: Paris trip."
+
+
+def test_cache_one_system_message_no_system_and_the_ttl() -> None:
+    system, turns = to_anthropic([Message("system", "S"), Message("user", "hi")], cache=True, cache_ttl="1h")
+    one_hour = {"type": "ephemeral", "ttl": "1h"}
+    assert system == [{"type": "text", "text": "S", "cache_control": one_hour}]
+    assert turns == [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": one_hour}]}]
+    assert to_anthropic([Message("user", "hi")], cache=True)[0] == ""
+    assert to_anthropic([], cache=True) == ("", [])
+    assert to_anthropic([Message("system", "S")], cache=True) == (
+        [{"type": "text", "text": "S", "cache_control": EPHEMERAL}],
+        [],
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cache_ttl": "1h"}, "cache_ttl must be None, or '5m' or '1h' with cache=True; got '1h'"),
+        (
+            {"cache": True, "cache_ttl": "2h"},
+            "cache_ttl must be None, or '5m' or '1h' with cache=True; got '2h'",
+        ),
+        ({"cache": 1}, "cache: expected bool, got int"),
+        ({"continuation": ""}, "continuation must not be empty"),
+    ],
+)
+def test_cache_arguments_are_checked(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises((TypeError, ValueError)) as caught:
+        to_anthropic([Message("user", "hi")], **kwargs)
+    assert str(caught.value) == message
+
+
+@given(st.lists(_any_message, max_size=10), st.sampled_from([None, "5m", "1h"]))
+def test_cache_adds_at_most_four_breakpoints_and_nothing_else(messages: list[Message], ttl: Any) -> None:
+    system, turns = to_anthropic(messages, cache=True, cache_ttl=ttl)
+    plain_system, plain_turns = to_anthropic(messages)
+    control = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
+    blocks = [*(system or []), *(block for turn in turns for block in turn["content"])]
+    marked = [block for block in blocks if "cache_control" in block]
+    assert all(block["cache_control"] == control for block in marked)
+    assert len(marked) <= 4
+    if turns:  # the conversation's last block is a breakpoint
+        assert "cache_control" in turns[-1]["content"][-1]
+    if system:
+        assert "cache_control" in system[0]
+        assert "cache_control" in system[-1]
+        assert all(block["type"] == "text" for block in system)
+    # stripped of the breakpoints, the same request
+    stripped = [{k: v for k, v in block.items() if k != "cache_control"} for block in (system or [])]
+    assert "\n\n".join(block["text"] for block in stripped) == plain_system
+    for turn, plain in zip(turns, plain_turns):
+        content = [{k: v for k, v in block.items() if k != "cache_control"} for block in turn["content"]]
+        assert blocks_equal(content, plain["content"])
+    assert len(turns) == len(plain_turns)
+
+
+def blocks_equal(blocks: list[dict[str, Any]], plain: Any) -> bool:
+    return blocks == ([{"type": "text", "text": plain}] if isinstance(plain, str) else plain)

@@ -12,6 +12,7 @@ import rollmem.adapters.langchain
 def test_adapters_public_names() -> None:
     assert rollmem.adapters.__all__ == [
         "CONTINUATION_TEXT",
+        "CONTINUATION_TEXT_PLAIN",
         "for_provider",
         "from_anthropic",
         "from_openai",

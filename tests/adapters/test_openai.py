@@ -107,9 +107,10 @@ def test_text_parts_are_joined_with_newlines() -> None:
 def test_empty_content_is_null_only_beside_tool_calls() -> None:
     call = ToolCall("c1", "f", "{}")
     result = Message("tool", "r", tool_call_id="c1")
-    assert to_openai([Message("assistant", ""), Message("assistant", "", tool_calls=(call,)), result])[
-        :2
-    ] == [
+    opening = Message("user", "q")
+    assert to_openai(
+        [opening, Message("assistant", ""), Message("assistant", "", tool_calls=(call,)), result]
+    )[1:3] == [
         {"role": "assistant", "content": ""},
         {
             "role": "assistant",
@@ -117,8 +118,8 @@ def test_empty_content_is_null_only_beside_tool_calls() -> None:
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
         },
     ]
-    with_text = to_openai([Message("assistant", "Let me look.", tool_calls=(call,)), result])
-    assert with_text[0]["content"] == "Let me look."
+    with_text = to_openai([opening, Message("assistant", "Let me look.", tool_calls=(call,)), result])
+    assert with_text[1]["content"] == "Let me look."
 
 
 def test_fields_the_format_cannot_carry_are_not_sent() -> None:
@@ -288,8 +289,9 @@ _unique_calls = st.lists(st.builds(ToolCall, _text, _text, _text), max_size=3, u
 @st.composite
 def _paired_conversation(draw: st.DrawFn) -> list[Message]:
     """Messages whose tool calls are each answered right after their assistant message (an unpaired
-    call or result is sent as text: see test_orphan_results)."""
-    messages: list[Message] = []
+    call or result is sent as text: see test_orphan_results), opening with a user message (else a
+    user turn is inserted: see test_provider_rule)."""
+    messages: list[Message] = [Message("user", draw(_text))]
     for _ in range(draw(st.integers(0, 8))):
         message = draw(_openai_messages())
         if message.role == "tool":

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollmem import AsyncRollingMemory, Message, RollingMemory, ToolCall
-from rollmem.adapters import from_openai_responses, to_openai_responses
+from rollmem.adapters import CONTINUATION_TEXT_PLAIN, from_openai_responses, to_openai_responses
 from rollmem.adapters.openai import RESPONSES_ITEMS
 
 ITEMS: list[dict[str, Any]] = [
@@ -117,35 +117,46 @@ def test_the_items_are_copies() -> None:
 def test_a_memory_keeps_calls_outputs_and_reasoning_in_one_unit() -> None:
     memory = RollingMemory(max_tokens=6, token_counter=lambda text: len(text.split()))
     memory.extend(from_openai_responses(ITEMS[:8]))
-    # the reasoning, both calls and both outputs left or stayed together
-    assert to_openai_responses(memory.buffer) in (ITEMS[2:8], ITEMS[7:8])
+    # the reasoning, both calls and both outputs left or stayed together (the request then opens
+    # with the user turn the provider rule inserts)
+    opening = {"role": "user", "content": CONTINUATION_TEXT_PLAIN}
+    assert to_openai_responses(memory.buffer) in ([opening, *ITEMS[2:8]], [opening, *ITEMS[7:8]])
 
 
 def test_sdk_models_are_dumped() -> None:
     responses = pytest.importorskip("openai.types.responses")
     call = responses.ResponseFunctionToolCall(type="function_call", call_id="c1", name="f", arguments="{}")
-    (message,) = from_openai_responses([call])
+    output = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+    (message, result) = from_openai_responses([call, output])
     assert message.tool_calls == (ToolCall("c1", "f", "{}"),)
-    assert to_openai_responses([message]) == [
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    assert to_openai_responses([Message("user", "q"), message, result]) == [
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
     ]
 
 
 def test_other_messages_are_written_from_their_fields() -> None:
     messages = [
         Message("system", "the summary"),
+        Message("user", "q"),
         Message("assistant", "checking", tool_calls=(ToolCall("c1", "f", "{}"), ToolCall("c2", "g", ""))),
         Message("assistant", "", tool_calls=(ToolCall("c3", "h", "{}"),)),
         Message("tool", "out", tool_call_id="c1"),
+        Message("tool", "out2", tool_call_id="c2"),
+        Message("tool", "out3", tool_call_id="c3"),
         Message("assistant", ""),
     ]
     items = [
         {"role": "system", "content": "the summary"},
+        {"role": "user", "content": "q"},
         {"role": "assistant", "content": "checking"},
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
         {"type": "function_call", "call_id": "c2", "name": "g", "arguments": ""},
         {"type": "function_call", "call_id": "c3", "name": "h", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "out"},
+        {"type": "function_call_output", "call_id": "c2", "output": "out2"},
+        {"type": "function_call_output", "call_id": "c3", "output": "out3"},
         {"role": "assistant", "content": ""},
     ]
     assert to_openai_responses(messages) == items
@@ -200,9 +211,42 @@ OTHER = st.builds(
     st.dictionaries(st.sampled_from(["id", "call_id", "status", "input"]), JSON, max_size=3),
 )
 ITEM = st.one_of(MESSAGE, CALL, OUTPUT, REASONING, OTHER)
+UNPAIRED_OTHER = st.builds(
+    lambda kind, fields: {"type": kind, **fields},
+    st.sampled_from(["web_search_call", "item_reference"]),
+    st.dictionaries(st.sampled_from(["id", "status", "input"]), JSON, max_size=3),
+)
 
 
-@given(st.lists(ITEM, max_size=12))
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Items a request can carry as they are: a user message first (after system/developer ones),
+    every call answered by an output after it, every output after its call."""
+    items: list[dict[str, Any]] = [draw(MESSAGE.filter(lambda item: item["role"] != "assistant"))]
+    if items[-1]["role"] != "user":
+        items.append({"role": "user", "content": draw(TEXT)})
+    for group in range(draw(st.integers(0, 6))):
+        kind = draw(st.sampled_from(["message", "reasoning", "other", "calls", "custom"]))
+        if kind == "message":
+            items.append(draw(MESSAGE))
+        elif kind == "reasoning":
+            items.append(draw(REASONING))
+        elif kind == "other":
+            items.append(draw(UNPAIRED_OTHER))
+        elif kind == "custom":
+            cid = f"k{group}"
+            items.append(
+                {"type": "custom_tool_call", "call_id": cid, "name": draw(TEXT), "input": draw(TEXT)}
+            )
+            items.append({"type": "custom_tool_call_output", "call_id": cid, "output": draw(TEXT)})
+        else:
+            calls = [{**draw(CALL), "call_id": f"c{group}.{n}"} for n in range(draw(st.integers(1, 3)))]
+            outputs = [{**draw(OUTPUT), "call_id": call["call_id"]} for call in calls]
+            items.extend(calls + draw(st.permutations(outputs)))
+    return items
+
+
+@given(conversations())
 def test_items_round_trip_exactly(items: list[dict[str, Any]]) -> None:
     messages = from_openai_responses(items)
     out = to_openai_responses(messages)

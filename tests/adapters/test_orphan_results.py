@@ -5,66 +5,41 @@ faithfully (it builds framework objects, not a request): an unpaired result stay
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from provider_rules import (
+    assert_anthropic_accepts,
+    assert_gemini_accepts,
+    assert_openai_accepts,
+    assert_responses_accepts,
+    blocks_of,
+)
 
 from rollmem import Message, RollingMemory, ToolCall
-from rollmem.adapters import to_anthropic, to_openai
+from rollmem.adapters import to_anthropic, to_openai, to_openai_responses
 
-# -- what the providers accept, as they document it ------------------------------------------------
-
-
-def assert_openai_accepts(request: list[dict[str, Any]]) -> None:
-    """Each assistant message with ``tool_calls`` is followed directly by one ``tool`` message per
-    call; every ``tool`` message answers a call of the assistant message before its run."""
-    index = 0
-    while index < len(request):
-        item = request[index]
-        assert item["role"] != "tool", f"request[{index}]: a tool message without its call right before it"
-        index += 1
-        calls = [call["id"] for call in item.get("tool_calls", [])]
-        answered = []
-        while index < len(request) and request[index]["role"] == "tool":
-            answered.append(request[index]["tool_call_id"])
-            index += 1
-        assert sorted(answered) == sorted(calls), f"calls {calls} answered by {answered}"
-
-
-def blocks_of(turn: dict[str, Any]) -> list[dict[str, Any]]:
-    content = turn["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-def assert_anthropic_accepts(system: str, turns: list[dict[str, Any]]) -> None:
-    """Turns alternate from a user turn; every ``tool_use`` is answered by a ``tool_result`` in the
-    next (user) turn, where the results come before any text; every result answers such a use."""
-    assert isinstance(system, str)
-    roles = [turn["role"] for turn in turns]
-    assert roles == ["user", "assistant"] * (len(turns) // 2) + ["user"] * (len(turns) % 2)
-    uses: list[str] = []
-    for turn in turns:
-        blocks = blocks_of(turn)
-        assert blocks
-        for block in blocks:
-            assert block["type"] != "text" or block["text"]
-        if turn["role"] == "assistant":
-            assert not uses
-            uses = [block["id"] for block in blocks if block["type"] == "tool_use"]
-            continue
-        kinds = [block["type"] for block in blocks]
-        results = [block["tool_use_id"] for block in blocks if block["type"] == "tool_result"]
-        assert kinds[: len(results)] == ["tool_result"] * len(results), "text before a tool_result"
-        assert sorted(results) == sorted(uses), f"uses {uses} answered by {results}"
-        uses = []
-    assert not uses, "a tool_use without a tool_result after it"
+try:
+    import langchain_core.messages
+except ImportError:  # pragma: no cover - the langchain extra is installed in CI
+    langchain_core = None
 
 
 def assert_accepted(messages: list[Message]) -> None:
-    assert_openai_accepts(to_openai(messages))
+    """The request of every adapter, for every provider (what langchain-core sends is checked as
+    Chat Completions messages)."""
+    request = to_openai(messages)
+    assert_openai_accepts(request)
+    assert_gemini_accepts(request)
     assert_anthropic_accepts(*to_anthropic(messages))
+    assert_anthropic_accepts(*to_anthropic(messages, cache=True))
+    assert_responses_accepts(to_openai_responses(messages))
+    if langchain_core is not None:
+        from rollmem.adapters.langchain import to_langchain
+
+        chat = langchain_core.messages.convert_to_openai_messages(to_langchain(messages))
+        assert_openai_accepts(chat)
+        assert_gemini_accepts(chat)
 
 
 def texts(messages: list[Message]) -> str:
@@ -156,14 +131,17 @@ def test_a_second_result_for_one_call_is_sent_as_text() -> None:
     assert to_openai(messages)[-1] == {"role": "user", "content": "[result of tool call c1] again"}
 
 
-def test_langchain_converts_an_unpaired_result_faithfully() -> None:
+def test_langchain_sends_an_unpaired_result_as_text_too() -> None:
     pytest.importorskip("langchain_core")
     from rollmem.adapters.langchain import from_langchain, to_langchain
 
     messages = [Message("user", "q"), Message("tool", "18C", tool_call_id="c1")]
     converted = to_langchain(messages)
-    assert type(converted[1]).__name__ == "ToolMessage"
-    assert from_langchain(converted) == messages
+    assert type(converted[1]).__name__ == "HumanMessage"
+    assert from_langchain(converted) == [
+        Message("user", "q"),
+        Message("user", "[result of tool call c1] 18C"),
+    ]
 
 
 # -- any buffer a memory can hold ------------------------------------------------------------------

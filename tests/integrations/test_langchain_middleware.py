@@ -40,6 +40,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from pydantic import Field
 
 from rollmem import Message, RollingMemory
+from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from rollmem.adapters.langchain import from_langchain
 from rollmem.errors import InvalidStateError
 from rollmem.integrations.langchain import (
@@ -188,9 +189,21 @@ def split_view(received: list[BaseMessage]) -> tuple[str, list[BaseMessage]]:
     assert isinstance(received[0], SystemMessage)
     assert received[0].content == SYSTEM_PROMPT
     rest = received[1:]
+    summary = ""
     if rest and isinstance(rest[0], SystemMessage):
-        return str(rest[0].content), rest[1:]
-    return "", rest
+        summary, rest = str(rest[0].content), rest[1:]
+    # the provider rule: the first turn is the user's, an opening turn inserted when needed
+    assert not rest or isinstance(rest[0], HumanMessage)
+    opening = CONTINUATION_TEXT if summary else CONTINUATION_TEXT_PLAIN
+    if (
+        len(rest) > 1
+        and isinstance(rest[0], HumanMessage)
+        and rest[0].id is None
+        and rest[0].content == opening
+    ):
+        assert not isinstance(rest[1], HumanMessage)
+        rest = rest[1:]
+    return summary, rest
 
 
 def check_view(

@@ -25,6 +25,7 @@ from openai.types.responses import (  # noqa: E402
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
 
 from rollmem import Message  # noqa: E402
+from rollmem.adapters import CONTINUATION_TEXT_PLAIN  # noqa: E402
 from rollmem.adapters.openai import from_openai_responses, to_openai_responses  # noqa: E402
 from rollmem.integrations.openai_agents import SUMMARY_HEADER, RollingSession  # noqa: E402
 from rollmem.stores import MemoryStore, SQLiteStore  # noqa: E402
@@ -375,9 +376,10 @@ def test_items_come_back_exactly_as_added_and_are_copies() -> None:
 def test_sdk_models_are_stored_as_their_dicts() -> None:
     session = RollingSession("s")
     call = ResponseFunctionToolCall(type="function_call", call_id="c1", name="f", arguments="{}")
-    asyncio.run(session.add_items([call, {"type": "function_call_output", "call_id": "c1", "output": "x"}]))
+    output = {"type": "function_call_output", "call_id": "c1", "output": "x"}
+    asyncio.run(session.add_items([{"role": "user", "content": "q"}, call, output]))
     got = asyncio.run(session.get_items())
-    assert got[0] == {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    assert got[1] == {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
 
 
 def test_limit_returns_the_newest_whole_units() -> None:
@@ -388,10 +390,10 @@ def test_limit_returns_the_newest_whole_units() -> None:
     assert items[0]["role"] == "system"
     assert items[1:] == EXCHANGE
     get = lambda limit: asyncio.run(session.get_items(limit))  # noqa: E731
-    assert get(1) == EXCHANGE[-1:]
-    assert get(2) == EXCHANGE[-1:]  # reasoning + call + output are one unit of three
-    assert get(3) == EXCHANGE[-1:]
-    assert get(4) == EXCHANGE[1:]
+    opening = {"role": "user", "content": CONTINUATION_TEXT_PLAIN}  # counts: a request opens with it
+    assert get(1) == []
+    assert get(2) == [opening, *EXCHANGE[-1:]]
+    assert get(4) == [opening, *EXCHANGE[-1:]]  # reasoning + call + output are one unit of three
     assert get(5) == EXCHANGE
     assert get(6) == items
     assert get(100) == items
@@ -444,9 +446,10 @@ def test_pop_item_removes_exactly_the_newest_item() -> None:
     asyncio.run(session.add_items(EXCHANGE))
     assert asyncio.run(session.pop_item()) == EXCHANGE[4]
     assert asyncio.run(session.pop_item()) == EXCHANGE[3]  # the call stays, waiting for an output
-    assert asyncio.run(session.get_items()) == EXCHANGE[:3]
+    waiting = 'call the tool\n[tool call c1: get_weather({"city":"Paris"}), no result]'
+    assert asyncio.run(session.get_items()) == [EXCHANGE[0], {"role": "assistant", "content": waiting}]
     asyncio.run(session.add_items(EXCHANGE[3:4]))  # an output added later pairs with it again
-    assert asyncio.run(session.get_items(3)) == EXCHANGE[1:4]
+    assert asyncio.run(session.get_items()) == EXCHANGE[:4]
     asyncio.run(session.pop_item())
     assert asyncio.run(session.pop_item()) == EXCHANGE[2]  # the reasoning stays
     assert asyncio.run(session.get_items()) == EXCHANGE[:2]
@@ -556,3 +559,19 @@ def test_writers_racing_on_one_store_lose_and_repeat_nothing(tmp_path: Path) -> 
     assert sorted(keys) == sorted(expected)
     assert_well_formed(asyncio.run(sessions[1].get_items())[1:])
     store.close()
+
+
+def test_an_output_whose_call_was_folded_is_sent_as_text() -> None:
+    # issue 20: the Responses API rejects a function_call_output without its function_call
+    session = RollingSession("o", max_tokens=12, summarize_fn=Recorder(), token_counter=words)
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    asyncio.run(session.add_items([{"role": "user", "content": "look it up"}, call]))
+    asyncio.run(session.add_items([{"role": "user", "content": " ".join(["word"] * 12)}]))
+    asyncio.run(session.add_items([{"type": "function_call_output", "call_id": "c1", "output": "18C"}]))
+    items = asyncio.run(session.get_items())
+    assert items[0]["role"] == "system"
+    assert items[1:] == [{"role": "user", "content": "[result of tool call c1] 18C"}]
+    memory = asyncio.run(session.get_memory())
+    assert [message.tool_call_id for message in memory.buffer] == ["c1"]  # stored as it came
+    for limit in range(3):
+        assert not [item for item in asyncio.run(session.get_items(limit)) if "call_id" in item]

@@ -178,6 +178,30 @@ def pair_tool_results(messages: list[Message], *, skip_system: bool = False) -> 
             continue
         caller = index
         open_ids = {call.id for call in message.tool_calls} if message.role == ASSISTANT else set()
+    return _repair(messages, paired, answered)
+
+
+def pair_tool_results_by_id(messages: list[Message]) -> list[Message]:
+    """:func:`pair_tool_results` with the OpenAI Responses API's looser rule: a result stays a
+    result when a call with its id, not answered yet, comes anywhere before it (items between
+    do not matter); a call stays a call when such a result follows."""
+    paired: set[int] = set()
+    answered: set[tuple[int, str]] = set()
+    waiting: dict[str, int] = {}  # call id -> index of the assistant message with the open call
+    for index, message in enumerate(messages):
+        if message.role == TOOL and message.tool_call_id is not None:
+            caller = waiting.pop(message.tool_call_id, None)
+            if caller is not None:
+                paired.add(index)
+                answered.add((caller, message.tool_call_id))
+        elif message.role == ASSISTANT:
+            for call in message.tool_calls:
+                waiting.setdefault(call.id, index)
+    return _repair(messages, paired, answered)
+
+
+def _repair(messages: list[Message], paired: set[int], answered: set[tuple[int, str]]) -> list[Message]:
+    """``messages`` with the results not in ``paired`` and the calls not in ``answered`` as text."""
     calls = sum(len(m.tool_calls) for m in messages if m.role == ASSISTANT)
     results = sum(1 for m in messages if m.role == TOOL and m.tool_call_id is not None)
     if len(paired) == results and len(answered) == calls:
@@ -200,26 +224,37 @@ def pair_tool_results(messages: list[Message], *, skip_system: bool = False) -> 
 
 
 #: The text of the user turn :func:`user_first` opens a request with when its first turn is not
-#: the user's (Anthropic and Gemini refuse a conversation that opens with an assistant turn).
+#: the user's (Anthropic and Gemini refuse a conversation that opens with an assistant turn) and
+#: a system message (the summary) comes before it.
 CONTINUATION_TEXT = "(The conversation continues from the summary above.)"
+#: The same turn's text when no system message comes before the first turn (no summary to refer to).
+CONTINUATION_TEXT_PLAIN = "(The conversation continues.)"
+
+#: The roles :func:`user_first` passes over: they are not turns of the conversation.
+SYSTEM_ROLES = frozenset({SYSTEM, "developer"})
 
 
-def user_first(messages: list[Message]) -> list[Message]:
-    """``messages`` with a user turn (:data:`CONTINUATION_TEXT`) inserted before the first
-    non-system message when that message is not the user's. The inserted turn depends only on
-    the first buffered message, so it is stable between folds (a cached prefix stays valid).
-    Returns the list itself when it already opens with a user turn (or has no turn at all)."""
+def user_first(messages: list[Message], *, text: Optional[str] = None) -> list[Message]:
+    """``messages`` with a user turn inserted before the first non-system message (``system`` and
+    ``developer`` are passed over) when that message is not the user's. Its text is ``text``, by
+    default :data:`CONTINUATION_TEXT` when a system message (the summary) comes first, else
+    :data:`CONTINUATION_TEXT_PLAIN`. The inserted turn depends only on what comes before the first
+    buffered message, so it is stable between folds (a cached prefix stays valid). Returns the
+    list itself when it already opens with a user turn (or has no turn at all)."""
     for index, message in enumerate(messages):
-        if message.role == SYSTEM:
+        if message.role in SYSTEM_ROLES:
             continue
         if message.role == USER:
             return messages
-        return [*messages[:index], Message(USER, CONTINUATION_TEXT), *messages[index:]]
+        if text is None:
+            text = CONTINUATION_TEXT if index else CONTINUATION_TEXT_PLAIN
+        return [*messages[:index], Message(USER, text), *messages[index:]]
     return messages
 
 
 def for_provider(messages: list[Message], *, skip_system: bool = False) -> list[Message]:
     """``messages`` as every provider accepts them: tool results paired with their calls
     (:func:`pair_tool_results`) and the first non-system turn the user's (:func:`user_first`).
-    Nothing is dropped; between two folds the result of a grown buffer extends the previous one."""
+    Nothing is dropped; between two folds the result of a grown buffer extends the previous one
+    (once no call of the shorter buffer is still waiting for its result)."""
     return user_first(pair_tool_results(messages, skip_system=skip_system))

@@ -20,7 +20,18 @@
   its assistant message's text: nothing is dropped, and a user turn never has text before its
   ``tool_result`` blocks;
 - when the first turn would be an assistant turn (a buffer that starts mid-conversation), a user
-  turn :data:`CONTINUATION` is inserted before it, because the API requires a user turn first.
+  turn is inserted before it, because the API requires a user turn first: its text is
+  ``continuation`` when given, else :data:`~rollmem.adapters.CONTINUATION_TEXT` (a system message,
+  the summary, comes first) or :data:`~rollmem.adapters.CONTINUATION_TEXT_PLAIN` (none does), as
+  :func:`~rollmem.adapters.user_first` writes it for every renderer.
+
+With ``cache=True`` (prompt caching), the request carries ``cache_control`` breakpoints, at most
+three of Anthropic's four: ``system`` is a list of text blocks, one per system message, with a
+breakpoint on the first (the system prompt, which stays cached across folds) and on the last (the
+summary, cached until the next fold); and one on the last block of the last turn (the
+conversation so far, read back by the next request). The breakpoint is ``{"type": "ephemeral"}``,
+plus ``"ttl": cache_ttl`` when given (``"5m"`` or ``"1h"``). With ``cache=False`` (the default)
+no ``cache_control`` is written and ``system`` is a str.
 
 :func:`from_anthropic` reads ``system`` and ``messages`` back: a non-empty ``system`` becomes one
 leading system message; each user ``text`` block a user message; each ``tool_result`` block a
@@ -41,11 +52,12 @@ above, or raises ``ValueError`` naming the message.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union, overload
 
 from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+from ._common import CONTINUATION_TEXT as _CONTINUATION_TEXT
 from ._common import (
     carried_metadata,
     check_mappings,
@@ -55,52 +67,114 @@ from ._common import (
     load_arguments,
     pair_tool_results,
     text_of_parts,
+    user_first,
     within,
 )
 
 __all__ = ["CONTINUATION", "from_anthropic", "to_anthropic"]
 
-#: The user turn :func:`to_anthropic` puts first when the conversation starts with the assistant.
-CONTINUATION = "(conversation continues)"
+#: The text of the user turn :func:`to_anthropic` puts first when the conversation starts with the
+#: assistant after a system message: the same as :data:`rollmem.adapters.CONTINUATION_TEXT`
+#: (before 0.7.0 it was ``"(conversation continues)"``).
+CONTINUATION = _CONTINUATION_TEXT
+_CACHE_TTLS = ("5m", "1h")
 
 _FORMAT = "Anthropic"
 _Block = dict[str, Any]
 _TURN_NAMES = {USER: "a user turn", ASSISTANT: "an assistant turn"}
 
 
+@overload
 def to_anthropic(
-    messages: Iterable[Message], *, continuation: str = CONTINUATION
-) -> tuple[str, list[dict[str, Any]]]:
+    messages: Iterable[Message],
+    *,
+    continuation: Optional[str] = None,
+    cache: Literal[False] = False,
+    cache_ttl: None = None,
+) -> tuple[str, list[dict[str, Any]]]: ...
+
+
+@overload
+def to_anthropic(
+    messages: Iterable[Message],
+    *,
+    continuation: Optional[str] = None,
+    cache: bool,
+    cache_ttl: Optional[str] = None,
+) -> tuple[Union[str, list[dict[str, Any]]], list[dict[str, Any]]]: ...
+
+
+def to_anthropic(
+    messages: Iterable[Message],
+    *,
+    continuation: Optional[str] = None,
+    cache: bool = False,
+    cache_ttl: Optional[str] = None,
+) -> tuple[Union[str, list[dict[str, Any]]], list[dict[str, Any]]]:
     """``(system, messages)`` for a Messages API request: see the module docstring for the mapping.
 
-    ``continuation`` is the text of the user turn inserted when the first turn is the assistant's.
-    Raises ``TypeError`` for an item that is not a :class:`~rollmem.Message`; ``ValueError`` (naming
-    ``messages[i]`` and the field) for a role other than user/assistant/system/tool, tool calls
-    off an assistant message, a ``tool_call_id`` off a tool message, a tool message without
-    ``tool_call_id``, or tool-call ``arguments`` that are not a JSON object.
+    ``continuation`` is the text of the user turn inserted when the first turn is the assistant's
+    (default: the rule's text, see :func:`~rollmem.adapters.user_first`). ``cache=True`` adds
+    ``cache_control`` breakpoints and makes ``system`` a list of text blocks (``""`` when there is
+    no system message); ``cache_ttl`` (``"5m"`` or ``"1h"``, with ``cache=True`` only) sets their
+    lifetime. Raises ``TypeError`` for an item that is not a :class:`~rollmem.Message`;
+    ``ValueError`` (naming ``messages[i]`` and the field) for a role other than
+    user/assistant/system/tool, tool calls off an assistant message, a ``tool_call_id`` off a tool
+    message, a tool message without ``tool_call_id``, or tool-call ``arguments`` that are not a
+    JSON object; ``ValueError`` for a ``cache_ttl`` other than those or an empty ``continuation``.
     """
+    if continuation is not None:
+        v.check_str("continuation", continuation, allow_empty=False)
+    v.check_bool("cache", cache)
+    if cache_ttl is not None and (not cache or cache_ttl not in _CACHE_TTLS):
+        raise ValueError(f"cache_ttl must be None, or '5m' or '1h' with cache=True; got {cache_ttl!r}")
+    checked = check_messages(messages, _FORMAT)
+    converted = {  # errors name the caller's positions
+        id(message): _blocks(message, v.join("messages", index))
+        for index, message in enumerate(checked)
+        if message.role != SYSTEM
+    }
     system: list[str] = []
     turns: list[dict[str, Any]] = []
-    for index, message in enumerate(pair_tool_results(check_messages(messages, _FORMAT), skip_system=True)):
-        path = v.join("messages", index)
+    for message in user_first(pair_tool_results(checked, skip_system=True), text=continuation):
         if message.role == SYSTEM:
             if message.content:
                 system.append(message.content)
             continue
-        role, blocks = _blocks(message, path)
+        found = converted.get(id(message))
+        role, blocks = _blocks(message, "messages") if found is None else found
         if not blocks:
             continue
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    if turns and turns[0]["role"] == ASSISTANT:
-        turns.insert(0, {"role": USER, "content": [_text(continuation)]})
+    if turns and turns[0]["role"] == ASSISTANT:  # the buffer opens with a user turn with no text
+        text = _CONTINUATION_TEXT if continuation is None else continuation
+        turns.insert(0, {"role": USER, "content": [_text(text)]})
+    if cache:
+        return _cached(system, turns, cache_ttl)
     for turn in turns:
         content = turn["content"]
         if len(content) == 1 and content[0]["type"] == "text":
             turn["content"] = content[0]["text"]
     return "\n\n".join(system), turns
+
+
+def _cached(
+    system: list[str], turns: list[dict[str, Any]], ttl: Optional[str]
+) -> tuple[Union[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The request with ``cache_control`` breakpoints (see the module docstring); turns keep lists."""
+    control: dict[str, str] = {"type": "ephemeral"}
+    if ttl is not None:
+        control["ttl"] = ttl
+    blocks: list[dict[str, Any]] = [_text(text) for text in system]
+    if blocks:
+        blocks[0]["cache_control"] = dict(control)
+        blocks[-1]["cache_control"] = dict(control)
+    if turns:
+        turns[-1]["content"][-1]["cache_control"] = dict(control)
+    return (blocks or ""), turns
 
 
 def _text(text: str) -> _Block:

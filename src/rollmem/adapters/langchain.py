@@ -18,7 +18,9 @@ Content lists keep their text parts, joined with ``"\\n"``; tool-call blocks in 
 ``ValueError``. Not carried: ``pinned``, metadata other than ``name``/``is_error``,
 ``additional_kwargs``, ``response_metadata``, ``usage_metadata``, ``artifact``.
 
-``from_langchain(to_langchain(messages)) == messages`` holds exactly when ``pinned`` is false,
+``from_langchain(to_langchain(messages)) == messages`` holds exactly when the messages already
+follow the provider rule (:func:`~rollmem.adapters.for_provider`: tool calls and results paired,
+the first non-system message the user's), ``pinned`` is false,
 metadata is empty or ``{"name": str}`` (plus ``"is_error": True`` on a tool message with a
 ``tool_call_id``), tool calls are on assistant messages only and ``tool_call_id`` on tool
 messages only (anything else raises ``ValueError``), and tool-call ``arguments`` are compact JSON
@@ -46,6 +48,7 @@ from ._common import (
     carried_metadata,
     check_messages,
     dump_arguments,
+    for_provider,
     is_error,
     name_of,
     text_of_parts,
@@ -72,12 +75,16 @@ def _import(module: str) -> Any:
 def to_langchain(messages: Iterable[Message]) -> list[Any]:
     """``langchain_core`` message objects for ``messages``, in order (mapping: module docstring).
 
-    Raises ``TypeError`` for an item that is not a :class:`~rollmem.Message`, and ``ValueError``
-    naming ``messages[i]`` for tool calls off an assistant message or a ``tool_call_id`` off a
-    tool message.
+    What a model is sent, so the list follows :func:`~rollmem.adapters.for_provider` like every
+    renderer: an unpaired tool result becomes a ``HumanMessage`` ``[result of tool call ID]
+    CONTENT``, an unpaired call a text line of its ``AIMessage``, and a ``HumanMessage``
+    ``CONTINUATION_TEXT`` (no id) opens the list when its first non-system message is not the
+    user's. Raises ``TypeError`` for an item that is not a :class:`~rollmem.Message`, and
+    ``ValueError`` naming ``messages[i]`` for tool calls off an assistant message or a
+    ``tool_call_id`` off a tool message.
     """
     lc = _import("langchain_core.messages")
-    return [_to_message(lc, message) for message in check_messages(messages, _FORMAT)]
+    return [_to_message(lc, message) for message in for_provider(check_messages(messages, _FORMAT))]
 
 
 def _to_message(lc: Any, message: Message) -> Any:

@@ -12,6 +12,10 @@ The mapping, both ways:
   "arguments"}}``; ``arguments`` is the JSON string, unchanged.
 - ``Message.tool_call_id`` <-> ``tool_call_id`` (tool results).
 - ``metadata["name"]`` (a str) <-> the optional participant ``name``.
+- A request opens with a user turn: when the first non-system message is not the user's (a
+  buffer that starts with an assistant tool call), a user message ``CONTINUATION_TEXT`` is
+  inserted before it (:func:`~rollmem.adapters.user_first`; Gemini's and Anthropic's rule, which
+  OpenAI-compatible gateways to them enforce).
 - Unpaired tool calls and results (the API rejects them): :func:`to_openai` sends a result as a
   ``tool`` message only when it directly follows the assistant message with its call (after other
   results of that message), and a call as a ``tool_calls`` entry only when it has such a result.
@@ -23,7 +27,7 @@ The mapping, both ways:
 OpenAI messages cannot carry rollmem's ``id``, ``pinned`` or other metadata keys: they are not
 sent. So ``from_openai(to_openai(messages)) == messages`` holds exactly for messages whose ``id``
 is ``None``, ``pinned`` is false and ``metadata`` is empty or ``{"name": str}``, whose tool calls
-and results pair up as above; tool calls on a
+and results pair up as above and whose first non-system message is the user's; tool calls on a
 message whose role is not ``assistant``, or a ``tool_call_id`` on one that is not ``tool``, are
 rejected with ``ValueError`` (no provider accepts them).
 """
@@ -43,13 +47,15 @@ from ._common import (
     check_mappings,
     check_messages,
     dump_arguments,
+    for_provider,
     name_of,
-    pair_tool_results,
+    pair_tool_results_by_id,
     text_of_parts,
+    user_first,
     within,
 )
 
-__all__ = ["from_openai", "from_openai_responses", "to_openai", "to_openai_responses"]
+__all__ = ["from_openai", "from_openai_responses", "responses_items", "to_openai", "to_openai_responses"]
 
 _FORMAT = "OpenAI"
 
@@ -59,10 +65,11 @@ def to_openai(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
     Raises ``TypeError`` for an item that is not a :class:`~rollmem.Message`, and ``ValueError``
     for tool calls off an assistant message or a ``tool_call_id`` off a tool message; the
-    error names ``messages[i]``.
+    error names ``messages[i]``. The request follows :func:`~rollmem.adapters.for_provider`:
+    unpaired calls and results as text, and a user turn first.
     """
     result: list[dict[str, Any]] = []
-    for message in pair_tool_results(check_messages(messages, _FORMAT)):
+    for message in for_provider(check_messages(messages, _FORMAT)):
         content = None if message.tool_calls and not message.content else message.content
         item: dict[str, Any] = {"role": message.role, "content": content}
         name = name_of(message)
@@ -202,33 +209,65 @@ def to_openai_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
     message item for non-empty content), a ``tool_call_id`` as a ``function_call_output``, the
     rest as ``{"role": ..., "content": ...}``; tool calls off an assistant message and a
     ``tool_call_id`` off a tool message raise ``ValueError`` naming ``messages[i]``.
+
+    The request is one the API accepts from any buffer: a result whose call is not before it (the
+    call was folded) is sent as a user message ``[result of tool call ID] CONTENT``, a call with no
+    result after it as a line ``[tool call ID: NAME(ARGUMENTS), no result]`` in an assistant
+    message (written from the fields, its original items not sent), and a user message
+    ``CONTINUATION_TEXT`` opens the request when its first turn is another's
+    (:func:`~rollmem.adapters.user_first`). Nothing is dropped.
     """
+    checked = _checked_for_responses(messages)
+    originals = {id(message) for message in checked}
     result: list[dict[str, Any]] = []
-    for index, message in enumerate(check_messages(messages)):
+    for message in user_first(pair_tool_results_by_id(checked)):
+        result.extend(_items(message) if id(message) in originals else _fields_items(message))
+    return result
+
+
+def responses_items(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """The Responses items of ``messages`` one by one, as they are: what :func:`to_openai_responses`
+    writes without the provider rule (no call or result turned into text, no user turn added).
+    For storing and reading items back, not for a request. Raises as :func:`to_openai_responses`."""
+    return [item for message in _checked_for_responses(messages) for item in _items(message)]
+
+
+def _checked_for_responses(messages: Iterable[Message]) -> list[Message]:
+    checked = check_messages(messages)
+    for index, message in enumerate(checked):
         path = v.join("messages", index)
         kept = message.metadata.get(RESPONSES_ITEMS)
         if kept is not None:
             kept_path = v.join(v.join(path, "metadata"), RESPONSES_ITEMS)
-            result.extend(
-                _thaw(dict(v.expect_mapping(item, v.join(kept_path, position))))
-                for position, item in enumerate(v.expect_list(kept, kept_path))
-            )
+            for position, item in enumerate(v.expect_list(kept, kept_path)):
+                v.expect_mapping(item, v.join(kept_path, position))
             continue
         check_fields(
             message.role, bool(message.tool_calls), message.tool_call_id is not None, path, _RESPONSES_FORMAT
         )
-        if message.tool_call_id is not None:
-            result.append(
-                {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
-            )
-            continue
-        if message.content or not message.tool_calls:
-            result.append({"role": message.role, "content": message.content})
-        result.extend(
-            {"type": "function_call", "call_id": call.id, "name": call.name, "arguments": call.arguments}
-            for call in message.tool_calls
-        )
-    return result
+    return checked
+
+
+def _items(message: Message) -> list[dict[str, Any]]:
+    """(Copies of) the items a message keeps, else its items written from its fields."""
+    kept = message.metadata.get(RESPONSES_ITEMS)
+    if kept is None:
+        return _fields_items(message)
+    return [_thaw(dict(item)) for item in kept]
+
+
+def _fields_items(message: Message) -> list[dict[str, Any]]:
+    """The items of a message written from its fields."""
+    if message.tool_call_id is not None:
+        return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}]
+    items: list[dict[str, Any]] = []
+    if message.content or not message.tool_calls:
+        items.append({"role": message.role, "content": message.content})
+    items.extend(
+        {"type": "function_call", "call_id": call.id, "name": call.name, "arguments": call.arguments}
+        for call in message.tool_calls
+    )
+    return items
 
 
 def _reject_iterable(items: object) -> None:

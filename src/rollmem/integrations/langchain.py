@@ -19,16 +19,18 @@ state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`), so any checkpointer persists th
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
+from ..adapters import for_provider
 from ..adapters.langchain import from_langchain
 from ..errors import InvalidStateError, MissingExtraError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
-from ..message import Message
+from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 
 _PACKAGES = {"langchain": "langchain", "langchain_core": "langchain-core", "langgraph": "langgraph"}
 
@@ -42,7 +44,15 @@ try:
         OmitFromInput,
         PrivateStateAttr,
     )
-    from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        BaseMessage,
+        HumanMessage,
+        RemoveMessage,
+        SystemMessage,
+        ToolMessage,
+    )
     from langgraph.runtime import Runtime
     from typing_extensions import Annotated, NotRequired
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without the packages
@@ -231,14 +241,16 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
 
     def model_messages(self, request: _Request) -> list[_AnyMessage]:
         """The messages the model receives after the system prompt: the summary message, then the
-        buffer (the original objects of ``request.messages``)."""
+        buffer (the original objects of ``request.messages``), as every provider accepts them
+        (:func:`~rollmem.adapters.for_provider`: a ``HumanMessage`` ``CONTINUATION_TEXT`` first
+        when the buffer opens with another turn, unpaired tool calls and results as text)."""
         state = cast("Mapping[str, Any]", request.state)
         messages = request.messages
         view: list[_AnyMessage] = [messages[index] for index in _buffer_indices(messages, state)]
         summary = _state_summary(state)
         if summary:
             view.insert(0, self.summary_message(summary))
-        return view
+        return _for_provider(view)
 
     def wrap_model_call(
         self,
@@ -334,6 +346,65 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
         if self.prune_folded:
             update["messages"] = [RemoveMessage(id=_message_id(messages, index)) for index in folded]
         return update
+
+
+def _outline(message: BaseMessage, position: int) -> Message:
+    """What :func:`~rollmem.adapters.for_provider` reads of a LangChain message (its id: its position)."""
+    text = str(message.text)
+    if isinstance(message, AIMessage):
+        calls = [*message.tool_calls, *message.invalid_tool_calls]
+        return Message(
+            ASSISTANT,
+            text,
+            id=str(position),
+            tool_calls=tuple(
+                ToolCall(str(call.get("id") or ""), str(call.get("name") or ""), _arguments(call.get("args")))
+                for call in calls
+            ),
+        )
+    if isinstance(message, ToolMessage):
+        error = {"is_error": True} if message.status == "error" else {}
+        return Message(TOOL, text, id=str(position), tool_call_id=message.tool_call_id, metadata=error)
+    role = (
+        SYSTEM
+        if isinstance(message, SystemMessage)
+        else USER
+        if isinstance(message, HumanMessage)
+        else "other"
+    )
+    return Message(role, text, id=str(position))
+
+
+def _arguments(args: object) -> str:
+    return args if isinstance(args, str) else json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+
+
+def _for_provider(view: list[_AnyMessage]) -> list[_AnyMessage]:
+    """``view`` under the provider rule, the original objects wherever the rule keeps a message."""
+    outline = [_outline(message, position) for position, message in enumerate(view)]
+    fixed = for_provider(outline)
+    if fixed is outline:
+        return view
+    originals = {id(message): view[position] for position, message in enumerate(outline)}
+    result: list[_AnyMessage] = []
+    for message in fixed:
+        original = originals.get(id(message))
+        if original is not None:
+            result.append(original)
+        elif message.id is None:  # the opening user turn
+            result.append(HumanMessage(content=message.content))
+        elif message.role == USER:  # a tool result sent as text
+            result.append(HumanMessage(content=message.content, id=view[int(message.id)].id))
+        else:  # an assistant message whose unanswered calls are sent as text
+            source = cast("AIMessage", view[int(message.id)])
+            kept = {call.id for call in message.tool_calls}
+            update = {
+                "content": message.content,
+                "tool_calls": [call for call in source.tool_calls if call.get("id") in kept],
+                "invalid_tool_calls": [call for call in source.invalid_tool_calls if call.get("id") in kept],
+            }
+            result.append(source.model_copy(update=update))
+    return result
 
 
 def _at_state_index(error: InvalidStateError, indices: list[int]) -> InvalidStateError:

@@ -15,7 +15,10 @@ newest-unit-stays rule are exactly the core's, ``summarize_fn`` receives rollmem
 The summary item: when there is a summary, :meth:`RollingSession.get_items` starts with
 ``{"role": "system", "content": SUMMARY_HEADER + summary}``. If that item is ever handed back to
 :meth:`RollingSession.add_items` (a ``session_input_callback`` that returns the history, say), it
-is recognised by its header and not stored again.
+is recognised by its header and not stored again; so is the user item ``CONTINUATION_TEXT`` that
+opens the items when the buffer starts with another turn. The items follow the rule every rollmem
+renderer follows (:func:`~rollmem.adapters.for_provider`, see the adapters page), so any buffer
+gives a request the provider accepts.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from typing import Any, Callable, Optional, Union
 
 from .. import _validate as v
 from .._extras import import_extra
-from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, to_openai_responses
+from ..adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
+from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, responses_items, to_openai_responses
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import SYSTEM, Message
 from ..sessions import AsyncSessions
@@ -59,6 +63,18 @@ def _is_summary_item(item: object) -> bool:
         and item.get("role") in _SUMMARY_ROLES
         and isinstance(content, str)
         and content.startswith(SUMMARY_HEADER)
+    )
+
+
+def _is_continuation_item(item: object) -> bool:
+    """Whether ``item`` is the user turn :meth:`RollingSession.get_items` opens with when the
+    buffer starts with another's turn (:func:`~rollmem.adapters.user_first`)."""
+    return (
+        isinstance(item, Mapping)
+        and not set(item) - {"role", "content", "type"}
+        and item.get("type", "message") == "message"
+        and item.get("role") == "user"
+        and item.get("content") in (CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN)
     )
 
 
@@ -174,7 +190,11 @@ class RollingSession:
         return self._factory() if snapshot is None else snapshot
 
     async def get_items(self, limit: Optional[int] = None) -> list[dict[str, Any]]:
-        """The summary item (when there is a summary), then the buffered items as they were added.
+        """The summary item (when there is a summary), then the buffered items as they were added,
+        as :func:`~rollmem.adapters.to_openai_responses` renders them for a request: a
+        ``function_call_output`` whose ``function_call`` was folded is sent as a user message
+        ``[result of tool call ID] OUTPUT`` (the API rejects it otherwise), and a user item
+        ``CONTINUATION_TEXT`` comes first when the buffer opens with another turn.
 
         With ``limit``: the newest items, at most ``limit`` of them, never splitting a unit (so
         possibly fewer); the summary item comes only when everything after it fits too.
@@ -183,33 +203,39 @@ class RollingSession:
         async with self._open() as memory:
             summary = memory.summary
             buffer = list(memory.buffer)
-        groups = [to_openai_responses(unit) for unit in _units(buffer)]
-        if summary:
-            groups.insert(0, [{"role": SYSTEM, "content": SUMMARY_HEADER + summary}])
-        if limit is not None:
-            kept = 0
-            count = 0
-            for group in reversed(groups):
-                if count + len(group) > limit:
-                    break
-                count += len(group)
-                kept += 1
-            groups = groups[len(groups) - kept :]
-        return [item for group in groups for item in group]
+        head = [Message(SYSTEM, SUMMARY_HEADER + summary)] if summary else []
+        units = _units(buffer)
+
+        def render(count: int, with_summary: bool) -> list[dict[str, Any]]:
+            newest = [message for unit in units[len(units) - count :] for message in unit]
+            return to_openai_responses((head if with_summary else []) + newest)
+
+        items = render(len(units), True)
+        if limit is None or len(items) <= limit:
+            return items
+        low, high = 0, len(units)  # the rendered size grows with the number of units kept
+        while low < high:
+            middle = (low + high + 1) // 2
+            if len(render(middle, False)) <= limit:
+                low = middle
+            else:
+                high = middle - 1
+        return render(low, False) if low else []
 
     async def add_items(self, items: Iterable[Any]) -> None:
         """Append the items (dicts, or SDK models, dumped), then fold what is over budget.
 
         Bad items raise ``ValueError``/``TypeError`` naming ``items[i]`` and the field, and nothing
-        is added. A summary item this session wrote is skipped. Reasoning items left waiting at
-        the end of the buffer join the first item of the next batch in one unit.
+        is added. A summary item or opening user item this session wrote is skipped. Reasoning
+        items left waiting at the end of the buffer join the first item of the next batch in one
+        unit.
         """
         if isinstance(items, Iterable) and not isinstance(items, (list, str, bytes, Mapping)):
             items = list(items)
         messages = from_openai_responses(items)  # checks every item, with its path, first
         batch = list(items)
-        if any(_is_summary_item(item) for item in batch):
-            batch = [item for item in batch if not _is_summary_item(item)]
+        if any(_is_summary_item(item) or _is_continuation_item(item) for item in batch):
+            batch = [item for item in batch if not (_is_summary_item(item) or _is_continuation_item(item))]
             messages = from_openai_responses(batch)
         if not messages:
             return
@@ -217,7 +243,7 @@ class RollingSession:
         async with self._open() as memory:
             buffer = memory.buffer
             if buffer and _is_lone_reasoning(buffer[-1]):
-                messages = from_openai_responses(to_openai_responses(buffer[-1:]) + batch)
+                messages = from_openai_responses(responses_items(buffer[-1:]) + batch)
                 memory.buffer = buffer[:-1]
             try:
                 await memory.extend(messages)
@@ -237,7 +263,7 @@ class RollingSession:
             buffer = memory.buffer
             if not buffer:
                 return None
-            items = to_openai_responses(buffer[-1:])
+            items = responses_items(buffer[-1:])
             popped = items.pop()
             memory.buffer = buffer[:-1] + from_openai_responses(items)
         return popped

@@ -25,7 +25,10 @@ is a ``SystemPromptPart`` marked by its ``dynamic_ref``. The rules are
 ``ToolReturnPart`` (or ``RetryPromptPart``) answering it are one unit, never split; the kept part
 does not start with a model response or a tool result; the newest unit always stays; the system
 prompt parts the history opens with (the run's standing system prompt) are pinned: never evicted,
-never summarized. The summary's own tokens are not part of the budget, as in the core.
+never summarized. The summary's own tokens are not part of the budget, as in the core. When a
+response would still come first (one run's tool chain longer than the budget), a
+``UserPromptPart`` ``CONTINUATION_TEXT`` opens the conversation, as every rollmem renderer does
+(:func:`rollmem.adapters.user_first`; it is recognised and removed when the history comes back).
 
 Conversion for ``summarize_fn`` and the token counter: a ``ModelResponse`` is one ``assistant``
 message (its text parts joined with ``"\\n"``, its function ``ToolCallPart`` s as
@@ -82,6 +85,7 @@ from typing import Any, Optional, Union
 
 from .. import _validate as v
 from .._extras import import_extra
+from ..adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from ..adapters._common import carried_metadata
 from ..errors import ConflictError, InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
@@ -288,6 +292,8 @@ class _View:
                 self.summaries.append(found[0])
                 self.marker_key = self.marker_key or found[1]
                 continue
+            if _is_opening_part(part):  # ours, written back by pydantic-ai: added again when needed
+                continue
             self._opening = self._opening and getattr(part, "part_kind", None) == "system-prompt"
             converted = _request_message(pai, part, self._opening)
             parts.append(part)
@@ -400,6 +406,42 @@ def _insert_summary(pai: Any, history: list[Any], part: Any) -> None:
     history.insert(0, pai.ModelRequest(parts=[part]))
 
 
+_OPENING_TEXTS = (CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN)
+# Request parts that are no turn of the conversation: the opening user turn goes after them.
+_NOT_A_TURN = frozenset({"system-prompt", "compaction", *_QUIET_REQUEST_PARTS})
+
+
+def _is_opening_part(part: Any) -> bool:
+    """Whether ``part`` is the user turn :func:`_user_first` inserts."""
+    return (
+        getattr(part, "part_kind", None) == "user-prompt" and getattr(part, "content", None) in _OPENING_TEXTS
+    )
+
+
+def _user_first(pai: Any, history: list[Any]) -> list[Any]:
+    """``history`` whose first turn is the user's, as every provider wants it (the rule of
+    :func:`rollmem.adapters.user_first`): when a response comes before any user turn, a
+    ``UserPromptPart`` ``CONTINUATION_TEXT`` (``CONTINUATION_TEXT_PLAIN`` with no summary) is
+    appended to the request of system parts before it, or opens the history. Its timestamp is the
+    response's, so the history is the same on every call until the next fold."""
+    summary = False
+    for index, message in enumerate(history):
+        if getattr(message, "kind", None) == "response":
+            text = CONTINUATION_TEXT if summary or index else CONTINUATION_TEXT_PLAIN
+            part = pai.UserPromptPart(text, timestamp=message.timestamp)
+            if index:
+                previous = history[index - 1]
+                history = list(history)
+                history[index - 1] = dataclasses.replace(previous, parts=[*previous.parts, part])
+                return history
+            return [pai.ModelRequest(parts=[part]), *history]
+        for part in message.parts:
+            if getattr(part, "part_kind", None) not in _NOT_A_TURN:
+                return history
+            summary = summary or _summary_key(part) is not None
+    return history
+
+
 # -- the processor ---------------------------------------------------------------------------------
 
 
@@ -499,12 +541,12 @@ class RollingHistory:
             and view.summaries == ([memory.summary] if memory.summary else [])
         )
         if unchanged:
-            return messages
+            return _user_first(pai, messages)
         kept = {id(message) for message in memory.buffer}
         history = view.rebuild({index for index in live if id(view.groups[index]) in kept})
         if memory.summary:
             _insert_summary(pai, history, self._summary_part(pai, memory.summary, key))
-        return history
+        return _user_first(pai, history)
 
     @staticmethod
     def _summary_part(pai: Any, summary: str, key: str) -> Any:
