@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from provider_rules import (
     assert_anthropic_accepts,
     assert_gemini_accepts,
@@ -15,7 +16,6 @@ from provider_rules import (
     assert_responses_accepts,
     blocks_of,
 )
-
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import to_anthropic, to_openai, to_openai_responses
 

@@ -11,13 +11,13 @@ from typing import Any, Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from provider_rules import (
     assert_anthropic_accepts,
     assert_gemini_accepts,
     assert_openai_accepts,
     assert_responses_accepts,
 )
-
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import to_anthropic, to_openai, to_openai_responses
 
