@@ -658,3 +658,35 @@ def test_on_evict_and_archive_are_checked() -> None:
         RollingSession("s", on_evict=3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"archive: expected a session with add_items"):
         RollingSession("s", archive=object())
+
+
+class CountingWords:
+    """Words, recording each text counted; named, so stored costs are trusted after a restart."""
+
+    rollmem_identity = "test-words"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+def test_each_item_is_counted_once_also_across_restarts(store: Any) -> None:
+    """The Runner reads and adds items every turn; each message is counted once, and a new session
+    object on the same store (a restart) counts only what it adds."""
+    counter = CountingWords()
+    session = RecordingSession(
+        "user-1", max_tokens=50, summarize_fn=Recorder(), token_counter=counter, store=store
+    )
+    model = ScriptedModel()
+    asyncio.run(run_turns(session, model, range(10)))
+    added = [m.token_text() for m in from_openai_responses(session.added)]
+    assert counter.texts == added
+    restarted = RecordingSession(
+        "user-1", max_tokens=50, summarize_fn=Recorder(), token_counter=counter, store=store
+    )
+    restarted.added = []
+    asyncio.run(run_turns(restarted, model, range(10, 20)))
+    assert counter.texts == added + [m.token_text() for m in from_openai_responses(restarted.added)]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 import logging
 import sys
+import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
@@ -287,6 +288,7 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
         self.prune_folded = prune_folded
         self._summary_message = summary_message
         self._cache: OrderedDict[str, _Live] = OrderedDict()  # by the id of the newest counted message
+        self._cache_lock = threading.Lock()  # threads of one agent may run model calls at once
 
     # -- what the model sees ------------------------------------------------------------------
 
@@ -394,7 +396,10 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
         messages: Sequence[BaseMessage] = state["messages"]
         cursor = _Cursor(state)
         summary = _state_summary(state)
-        live = None if cursor.seen is None else self._cache.pop(cursor.seen, None)
+        live = None
+        if cursor.seen is not None:
+            with self._cache_lock:
+                live = self._cache.pop(cursor.seen, None)
         if live is not None and self._current(live, kind, messages, cursor, summary):
             new = list(range(live.length, len(messages)))
         else:
@@ -486,10 +491,11 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
 
     def _keep(self, seen: str, live: _Live) -> None:
         cache = self._cache
-        cache[seen] = live
-        cache.move_to_end(seen)
-        while len(cache) > _LIVE_THREADS:
-            cache.popitem(last=False)
+        with self._cache_lock:
+            cache[seen] = live
+            cache.move_to_end(seen)
+            while len(cache) > _LIVE_THREADS:
+                cache.popitem(last=False)
 
 
 def _at_state_index(error: InvalidStateError, indices: list[int]) -> InvalidStateError:
