@@ -223,6 +223,12 @@ class Ledger:
             for message, cost in zip(messages, costs):
                 self._push(message, cost)
 
+    def spans(self) -> list[tuple[int, int]]:
+        """The units as ``(start, stop)`` list positions, oldest first."""
+        self._expand()
+        offset = self._offset
+        return [(unit.start - offset, unit.stop - offset) for unit in self._units]
+
     def costs(self) -> list[int]:
         """The cost of each message, aligned with ``items`` when the ledger is not :attr:`dirty`."""
         return list(self._costs)

@@ -40,12 +40,21 @@ from collections.abc import Sequence
 from typing import ClassVar, Optional, Protocol
 
 from . import _validate as v
-from ._ledger import Plan
+from ._ledger import Ledger, Plan, checked_messages
 from ._types import TokenCounter
 from .counters import words
 from .message import Message
 
-__all__ = ["BufferView", "FoldAll", "KeepAll", "MessageWindow", "Plan", "Policy", "TokenBudget"]
+__all__ = [
+    "BufferView",
+    "FoldAll",
+    "KeepAll",
+    "MessageWindow",
+    "Plan",
+    "Policy",
+    "TokenBudget",
+    "unit_spans",
+]
 
 
 class BufferView(Protocol):
@@ -220,3 +229,19 @@ class FoldAll(Policy):
 
     def plan(self, buffer: BufferView) -> Optional[Plan]:
         return buffer.plan_keep_last(0)
+
+
+def unit_spans(messages: Sequence[Message]) -> list[tuple[int, int]]:
+    """The units of a buffer holding ``messages``, as ``(start, stop)`` index spans, oldest first.
+
+    A unit is what every policy evicts whole: a message with ``tool_calls`` together with
+    everything up to the last result (``tool_call_id``) answering one of them, a result joining
+    the unit of its earliest caller still in the list; any other message alone (a result whose
+    call is not in the list included). The spans cover ``messages`` in order, without gaps.
+    Integrations use this to group what they render; it is the rule the memories apply. A
+    non-``Message`` item raises ``TypeError`` naming ``buffer[i]``.
+    """
+    ledger = Ledger()
+    items = checked_messages(messages)
+    ledger.load(items, [0] * len(items))
+    return ledger.spans()

@@ -28,6 +28,7 @@ __all__ = [
     "async_prompt_summarizer",
     "async_with_fallback",
     "extractive_summarizer",
+    "newest_suffix",
     "prompt_summarizer",
     "with_fallback",
 ]
@@ -118,6 +119,17 @@ def _newest_suffix(text: str, limit: int, counter: TokenCounter) -> str:
     if best is not None:
         return best
     return _bound(text[starts[-1] :] if starts else text, limit, counter)
+
+
+def newest_suffix(text: str, limit: int, token_counter: Optional[TokenCounter] = None) -> str:
+    """The longest tail of ``text`` (stripped) within ``limit`` tokens by ``token_counter`` (default
+    :func:`rollmem.counters.words`), starting at a sentence or line start; when even the last
+    sentence does not fit, that sentence cut to fit (``""`` when nothing does). The rule the
+    summarizers use to bound a summary, for code that shortens text the same way (the LlamaIndex
+    block's truncation)."""
+    v.check_str("text", text)
+    v.check_int("limit", limit, 0)
+    return _newest_suffix(text, limit, _check_counter(token_counter))
 
 
 # ---------------------------------------------------------------------------------------------

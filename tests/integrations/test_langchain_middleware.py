@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import re
 import subprocess
 import sys
@@ -32,11 +33,13 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from pydantic import Field
 
 from rollmem import Message, RollingMemory
@@ -511,6 +514,158 @@ def test_a_new_agent_on_the_same_checkpointer_continues_without_summarizing_agai
     assert everything == ids(request[: len(request) - len(buffer)])
 
 
+class CountingCounter:
+    """Words, recording each text it counts; named, so stored costs are trusted after a restart."""
+
+    rollmem_identity = "test-words"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+def collect(chat: Chat, seen: dict[str, str]) -> None:
+    """Add the state's messages not in ``seen`` (id -> token text), in order."""
+    messages = chat.state()["messages"]
+    for message, converted in zip(messages, from_langchain(messages)):
+        seen.setdefault(message.id, converted.token_text())
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_each_message_is_counted_once_per_thread_across_restarts(make_recorder: Any, prune: bool) -> None:
+    """A model call counts only the messages added since the last one, also after a restart
+    (the costs are kept in the cursor with the counter's identity)."""
+    saver = InMemorySaver()
+    counter = CountingCounter()
+    recorder = make_recorder()
+    first = Chat(
+        RollingMemoryMiddleware(50, recorder, counter, target_tokens=30, prune_folded=prune),
+        checkpointer=saver,
+    )
+    everything: dict[str, str] = {}
+    for i in range(20):
+        first.turn(i, calls=i % 3)
+        collect(first, everything)
+    assert len(recorder.calls) > 5
+    # Each message once, in order; the last answer not yet (no model call came after it).
+    assert counter.texts == list(everything.values())[:-1]
+    assert first.state()[CURSOR_KEY]["counter"] == "test-words"
+
+    second_counter = CountingCounter()
+    second = Chat(
+        RollingMemoryMiddleware(50, make_recorder(), second_counter, target_tokens=30, prune_folded=prune),
+        checkpointer=saver,
+    )
+    for i in range(20, 24):
+        second.turn(i, calls=i % 3)
+        collect(second, everything)
+    assert counter.texts + second_counter.texts == list(everything.values())[:-1]
+
+
+def test_a_counter_without_identity_recounts_only_after_a_restart(make_recorder: Any) -> None:
+    texts: list[str] = []
+
+    def counter(text: str) -> int:
+        texts.append(text)
+        return len(text.split())
+
+    saver = InMemorySaver()
+    chat = Chat(RollingMemoryMiddleware(50, make_recorder(), counter, target_tokens=30), checkpointer=saver)
+    everything: dict[str, str] = {}
+    for i in range(10):
+        chat.turn(i, calls=i % 3)
+        collect(chat, everything)
+    assert texts == list(everything.values())[:-1]  # the live memory: each message once
+    assert chat.state()[CURSOR_KEY]["counter"] is None
+    texts.clear()
+    before = chat.state()["messages"]
+    start = ids(before).index(chat.state()[CURSOR_KEY]["start"])
+    restarted = Chat(
+        RollingMemoryMiddleware(50, make_recorder(), counter, target_tokens=30), checkpointer=saver
+    )
+    restarted.turn(10)
+    # Unknown counter: the stored costs are not trusted, the buffer is counted once more.
+    buffer = restarted.state()["messages"][start : len(before) + 1]
+    assert texts[: len(buffer)] == [m.token_text() for m in from_langchain(buffer)]
+
+
+def test_a_cursor_written_before_costs_were_stored_is_read_and_upgraded(
+    make_recorder: Any, word_counter: Any
+) -> None:
+    """A checkpoint of rollmem 0.6 (cursor ``{"start", "kept"}``) continues: its buffer is counted
+    once, then the cursor carries the costs."""
+    counter = CountingCounter()
+    chat = Chat(RollingMemoryMiddleware(40, make_recorder(), counter))
+    for i in range(6):
+        chat.turn(i)
+    cursor = chat.state()[CURSOR_KEY]
+    chat.agent.update_state(chat.config, {CURSOR_KEY: {"start": cursor["start"], "kept": cursor["kept"]}})
+    restarted = Chat(RollingMemoryMiddleware(40, make_recorder(), counter), checkpointer=chat.checkpointer)
+    counter.texts.clear()
+    restarted.turn(6, calls=0)
+    _, buffer = split_view(restarted.model.received[0])
+    assert counter.texts == [m.token_text() for m in from_langchain(buffer)]
+    assert restarted.state()[CURSOR_KEY]["costs"] == [len(t.split()) for t in counter.texts]
+    counter.texts.clear()
+    restarted.turn(7, calls=0)
+    assert len(counter.texts) == 2  # the previous answer and the new question
+
+
+def test_removing_the_first_unfolded_message_re_anchors_and_says_so(
+    make_recorder: Any, word_counter: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = make_recorder()
+    chat = Chat(RollingMemoryMiddleware(40, recorder, word_counter))
+    for i in range(6):
+        chat.turn(i)
+    start = chat.state()[CURSOR_KEY]["start"]
+    _, buffer = split_view(chat.model.received[-1])
+    assert buffer[0].id == start
+    folded_before = [m.id for m in recorder.folded]
+    summary_before, calls_before = chat.state()[SUMMARY_KEY], len(recorder.calls)
+    chat.agent.update_state(chat.config, {"messages": [RemoveMessage(id=start)]})
+    with caplog.at_level(logging.WARNING, logger="rollmem"):
+        chat.turn(6)
+    assert f"the first unfolded message {start!r} is no longer in the state" in caplog.text
+    assert "re-anchored" in caplog.text
+    summary, view = split_view(chat.model.received[-1])
+    assert start not in ids(view)
+    assert not set(ids(view)) & set(folded_before)  # nothing folded comes back
+    if len(recorder.calls) > calls_before:  # the next fold starts from the kept summary
+        assert recorder.calls[calls_before][0] == summary_before
+    else:
+        assert summary == summary_before
+    for i in range(7, 12):
+        chat.turn(i)
+    folded = [m.id for m in recorder.folded]
+    assert len(folded) == len(set(folded)), "a message was summarized twice"
+    assert start not in folded
+
+
+def test_removing_every_message_starts_over_keeping_the_summary(
+    recorder: Any, word_counter: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    chat = Chat(RollingMemoryMiddleware(40, recorder, word_counter))
+    for i in range(6):
+        chat.turn(i)
+    summary = chat.state()[SUMMARY_KEY]
+    assert summary
+    chat.agent.update_state(chat.config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]})
+    with caplog.at_level(logging.WARNING, logger="rollmem"):
+        chat.turn(6)
+    assert "starting over from the messages in the state, keeping the summary" in caplog.text
+    shown, view = split_view(chat.model.received[-2])
+    assert shown == summary
+    assert [m.content for m in view] == [chat.state()["messages"][0].content]
+    for i in range(7, 12):
+        chat.turn(i)
+    folded = [m.id for m in recorder.folded]
+    assert len(folded) == len(set(folded))
+
+
 def test_summarizer_failure_leaves_the_rolling_state_and_the_next_run_retries(
     recorder: Any, word_counter: Any
 ) -> None:
@@ -578,7 +733,12 @@ def test_unconvertible_content_raises_naming_the_state_position(recorder: Any, w
 @pytest.mark.parametrize(
     ("cursor", "error"),
     [
-        ({"start": "gone", "kept": []}, r"^rollmem_cursor\.start: no message with id 'gone' in messages"),
+        ({"start": None, "kept": [], "costs": ["3"]}, r"^rollmem_cursor\.costs\[0\]: expected int, got str"),
+        (
+            {"start": None, "kept": [], "costs": [-1]},
+            r"^rollmem_cursor\.costs\[0\]: expected an int >= 0, got -1",
+        ),
+        ({"start": None, "kept": [], "seen": 7}, r"^rollmem_cursor\.seen: expected str or null, got int"),
         ({"start": None, "kept": [3]}, r"^rollmem_cursor\.kept\[0\]: expected str, got int"),
         ("start", r"^rollmem_cursor: expected a mapping, got str"),
     ],

@@ -575,3 +575,137 @@ def test_an_output_whose_call_was_folded_is_sent_as_text() -> None:
     assert [message.tool_call_id for message in memory.buffer] == ["c1"]  # stored as it came
     for limit in range(3):
         assert not [item for item in asyncio.run(session.get_items(limit)) if "call_id" in item]
+
+
+def test_pop_item_racing_add_items_re_runs_instead_of_raising(tmp_path: Path) -> None:
+    """A pop rewrites the buffer: when another writer saved first it runs again on the latest state
+    (before, it raised ConflictError at once). Every item is popped or kept, once."""
+    store = SQLiteStore(tmp_path / "pop.db")
+    sessions = [RollingSession("pop", max_tokens=10_000, store=store, max_retries=60) for _ in range(2)]
+    popped: list[Any] = []
+
+    async def adder() -> None:
+        for n in range(30):
+            await sessions[0].add_items([{"role": "user", "content": f"a{n}"}])
+
+    async def popper() -> None:
+        for n in range(30):
+            await sessions[1].add_items([{"role": "user", "content": f"b{n}"}])
+            popped.append(await sessions[1].pop_item())
+
+    async def race() -> None:
+        await asyncio.gather(adder(), popper())
+
+    asyncio.run(race())
+    retries = sum(session._sessions.retries for session in sessions if session._sessions is not None)
+    assert retries > 0  # they overlapped
+    left = [item["content"] for item in asyncio.run(sessions[0].get_items())]
+    gone = [item["content"] for item in popped if item is not None]
+    assert len(gone) == 30
+    assert sorted(left + gone) == sorted([f"a{n}" for n in range(30)] + [f"b{n}" for n in range(30)])
+    store.close()
+
+
+def test_reasoning_re_join_racing_other_writers_re_runs(tmp_path: Path) -> None:
+    """Reasoning waiting at the end joins the next item (a buffer rewrite): under a concurrent
+    writer it re-runs on the latest state; nothing is lost or doubled."""
+    store = SQLiteStore(tmp_path / "reasoning.db")
+    sessions = [RollingSession("r", max_tokens=10_000, store=store, max_retries=60) for _ in range(2)]
+
+    async def writer(index: int) -> None:
+        for n in range(20):
+            name = f"w{index}-{n}"
+            reasoning = {"id": f"rs_{name}", "type": "reasoning", "summary": []}
+            await sessions[index].add_items([{"role": "user", "content": name}, reasoning])
+            await sessions[index].add_items([{"role": "assistant", "content": f"{name} reply"}])
+
+    async def race() -> None:
+        await asyncio.gather(writer(0), writer(1))
+
+    asyncio.run(race())
+    retries = sum(session._sessions.retries for session in sessions if session._sessions is not None)
+    assert retries > 0
+    items = asyncio.run(sessions[0].get_items())
+    names = [item.get("content") or item["id"] for item in items]
+    expected = [
+        f"{p}w{i}-{n}{s}"
+        for i in range(2)
+        for n in range(20)
+        for p, s in (("", ""), ("rs_", ""), ("", " reply"))
+    ]
+    assert sorted(names) == sorted(expected)
+    store.close()
+
+
+@pytest.mark.parametrize("on_store", [False, True])
+def test_evicted_items_reach_on_evict_and_the_archive_once(tmp_path: Path, on_store: bool) -> None:
+    archive = agents.SQLiteSession("archive")
+    seen: list[list[dict[str, Any]]] = []
+
+    async def hook(items: list[dict[str, Any]]) -> None:
+        seen.append(items)
+
+    store = SQLiteStore(tmp_path / "evict.db") if on_store else None
+    session = RollingSession(
+        "s",
+        max_tokens=12,
+        summarize_fn=Recorder(),
+        token_counter=words,
+        store=store,
+        on_evict=hook,
+        archive=archive,
+    )
+    added: list[dict[str, Any]] = []
+    for n in range(12):
+        batch = [{"role": "user", "content": f"question {n} about the weather"}]
+        if n % 3 == 0:
+            batch += EXCHANGE[2:4]
+            batch = [dict(item, call_id=f"c{n}") if "call_id" in item else item for item in batch]
+        asyncio.run(session.add_items(batch))
+        added += batch
+    archived = asyncio.run(archive.get_items())
+    kept = asyncio.run(session.get_items())
+    assert kept[0]["content"].startswith(SUMMARY_HEADER)
+    assert [item for batch in seen for item in batch] == archived
+    assert archived + kept[1:] == added  # every item is archived or kept, once, in order
+    if store is not None:
+        store.close()
+
+
+def test_on_evict_and_archive_are_checked() -> None:
+    with pytest.raises(TypeError, match="on_evict: expected a callable or None, got int"):
+        RollingSession("s", on_evict=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"archive: expected a session with add_items"):
+        RollingSession("s", archive=object())
+
+
+class CountingWords:
+    """Words, recording each text counted; named, so stored costs are trusted after a restart."""
+
+    rollmem_identity = "test-words"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+def test_each_item_is_counted_once_also_across_restarts(store: Any) -> None:
+    """The Runner reads and adds items every turn; each message is counted once, and a new session
+    object on the same store (a restart) counts only what it adds."""
+    counter = CountingWords()
+    session = RecordingSession(
+        "user-1", max_tokens=50, summarize_fn=Recorder(), token_counter=counter, store=store
+    )
+    model = ScriptedModel()
+    asyncio.run(run_turns(session, model, range(10)))
+    added = [m.token_text() for m in from_openai_responses(session.added)]
+    assert counter.texts == added
+    restarted = RecordingSession(
+        "user-1", max_tokens=50, summarize_fn=Recorder(), token_counter=counter, store=store
+    )
+    restarted.added = []
+    asyncio.run(run_turns(restarted, model, range(10, 20)))
+    assert counter.texts == added + [m.token_text() for m in from_openai_responses(restarted.added)]

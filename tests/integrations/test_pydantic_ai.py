@@ -7,7 +7,6 @@ tool call to a real tool, then a text answer, and the model function records wha
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import subprocess
 import sys
@@ -39,9 +38,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_core import to_jsonable_python
 
-from rollmem import Message, ToolCall
+from rollmem import Message, RollingMemory, ToolCall
 from rollmem.errors import InvalidStateError, MissingExtraError
 from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
+from rollmem.sessions import Sessions
 from rollmem.stores import LogWrite, MemoryStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,6 +175,14 @@ class Chat:
         self.turn += 1
 
 
+def stored_memory(store: Any, session_id: str) -> RollingMemory:
+    """The conversation state as the store holds it: a rollmem session (summary and unfolded
+    messages, with their costs)."""
+    memory = Sessions(store, lambda: RollingMemory(10_000)).get(session_id)
+    assert memory is not None
+    return memory
+
+
 def conversation(turns: range) -> list[str]:
     """Every message of turns ``turns``, in order, up to the last turn's tool result."""
     contents = []
@@ -234,9 +242,9 @@ def test_200_turns_within_budget_no_orphans_each_message_summarized_once(
     assert 50 < len(rec.calls) < 200  # target_tokens: several turns per fold
     assert rec.failures == 0
     [session_id] = processor.store.ids()  # type: ignore[union-attr]
-    state = json.loads(processor.store.load(session_id).head.summary)  # type: ignore[union-attr]
-    assert state["summary"] == rec.results[-1]
-    assert len(state["folded"]) == 256  # bounded: the newest folded parts only
+    stored = stored_memory(processor.store, session_id)
+    assert stored.summary == rec.results[-1]
+    assert len(stored.buffer) <= 10  # bounded: the unfolded messages only (one token each here)
 
 
 @pytest.mark.parametrize(
@@ -466,9 +474,9 @@ def test_two_runs_racing_on_one_conversation_commit_one_fold(async_recorder: Any
 
     first, second = asyncio.run(race())
     assert [batch for _, batch in async_recorder.texts] == [["u0", "a0 calls", "r-q0", "a0 done"]] * 2
-    stored = json.loads(store.load(STATE_PREFIX + "race").head.summary)  # type: ignore[union-attr]
-    assert stored["summary"] == "u0|a0 calls|r-q0|a0 done"
-    assert find_summary(first) == find_summary(second) == stored["summary"]
+    stored = stored_memory(store, STATE_PREFIX + "race").summary
+    assert stored == "u0|a0 calls|r-q0|a0 done"
+    assert find_summary(first) == find_summary(second) == stored
     assert as_rollmem(first) == as_rollmem(second)
 
 
@@ -587,3 +595,61 @@ def test_docs_page_has_a_runnable_example() -> None:
 def test_docs_page_block_runs(line: int, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"{DOCS_PAGE.name}:{line}", "exec"), {"__name__": "__docs__"})
+
+
+class CountingWords:
+    """Words, recording each text counted; named, so the stored costs are trusted after a restart."""
+
+    rollmem_identity = "test-words"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+@pytest.mark.parametrize("roundtrip", [False, True])
+def test_each_message_is_counted_once_per_conversation_across_restarts(
+    roundtrip: bool, tmp_path: Path, make_recorder: Callable[[], Any]
+) -> None:
+    """A request counts only the parts new to the conversation, also with a new processor on the
+    same store and a history serialized between runs: the costs live in the store."""
+    store = SQLiteStore(tmp_path / "counted.db")
+    counter = CountingWords()
+    chat = Chat(rolling_history(12, make_recorder(), counter, store=store), roundtrip=roundtrip)
+    for _ in range(12):
+        chat.say()
+    later_counter = CountingWords()
+    later = Chat(
+        rolling_history(12, make_recorder(), later_counter, store=store),
+        roundtrip=roundtrip,
+        history=chat.history,
+        first_turn=12,
+    )
+    for _ in range(12):
+        later.say()
+    counted = [text.split("\n")[0] for text in counter.texts + later_counter.texts]  # without the calls
+    # The standing system prompt, then every message once, in order (the last answer never reaches
+    # a model request).
+    assert counted == ["Be brief.", *conversation(range(24))]
+    store.close()
+
+
+def test_a_state_written_before_0_7_is_read_and_continued(recorder: Any) -> None:
+    """rollmem 0.6 kept a JSON document as the session's summary; it is read, and its summary
+    continued."""
+    store = MemoryStore()
+    store.write(
+        STATE_PREFIX + "old",
+        LogWrite("", summary='{"version":1,"summary":"earlier talk","folded":[]}', create=True),
+    )
+    processor = rolling_history(4, recorder, one, store=store)
+
+    class Ctx:
+        conversation_id = "old"
+
+    asyncio.run(processor(Ctx(), build_turn(0) + build_turn(1)))
+    assert recorder.calls[0][0] == "earlier talk"
+    assert stored_memory(store, STATE_PREFIX + "old").summary == recorder.results[-1]

@@ -8,9 +8,9 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from rollmem import AsyncRollingMemory, BufferMemory, Message, RollingMemory, WindowMemory
+from rollmem import AsyncRollingMemory, BufferMemory, Message, RollingMemory, ToolCall, WindowMemory
 from rollmem.memory import AsyncMemory, Memory
-from rollmem.policies import BufferView, KeepAll, Plan, Policy, TokenBudget
+from rollmem.policies import BufferView, KeepAll, Plan, Policy, TokenBudget, unit_spans
 
 from .contract import MemoryContract
 
@@ -171,3 +171,28 @@ def test_reprs_show_settings_and_sizes_without_calling_back() -> None:
     memory.clear()
     memory.add_user_message("one")
     assert repr(memory).endswith(": 1 message, summary of 0 chars, 1 fold>")
+
+
+def test_unit_spans_is_the_rule_the_memories_evict_by() -> None:
+    call = Message("assistant", "", tool_calls=[ToolCall("c1", "f", "{}"), ToolCall("c2", "f", "{}")])
+    late = Message("assistant", "", tool_calls=[ToolCall("c3", "f", "{}")])
+    buffer = [
+        Message("user", "q"),
+        call,
+        Message("tool", "r1", tool_call_id="c1"),
+        Message("user", "between"),
+        Message("tool", "r2", tool_call_id="c2"),  # joins everything from its caller
+        Message("tool", "orphan", tool_call_id="gone"),
+        late,
+        Message("assistant", "a"),
+        Message("tool", "r3", tool_call_id="c3"),
+    ]
+    assert unit_spans(buffer) == [(0, 1), (1, 5), (5, 6), (6, 9)]
+    assert unit_spans([]) == []
+    # A memory folding down to nothing but the newest unit takes exactly the spans before it.
+    memory = RollingMemory(1, lambda summary, evicted: "s", lambda text: 1)
+    memory.buffer = buffer[:-1]
+    memory.extend(buffer[-1:])
+    assert memory.buffer == buffer[6:]
+    with pytest.raises(TypeError, match=r"buffer\[1\]: expected Message, got str"):
+        unit_spans([Message("user", "q"), "nope"])  # type: ignore[list-item]

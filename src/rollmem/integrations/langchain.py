@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
@@ -28,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 from .. import _validate as v
 from ..adapters import for_provider
 from ..adapters.langchain import from_langchain
+from ..changes import Change, Dropped, Folded
+from ..counters import counter_identity, words
 from ..errors import InvalidStateError, MissingExtraError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
@@ -87,10 +92,17 @@ __all__ = [
 SUMMARY_KEY = "rollmem_summary"
 """The agent-state key of the running summary (``""`` until the first fold)."""
 CURSOR_KEY = "rollmem_cursor"
-"""The agent-state key of the fold position: ``{"start": id, "kept": [ids]}``. The memory's buffer
-is the messages from the one whose id is ``start`` to the end, preceded by the older messages
-whose ids are in ``kept`` (pinned units); every other message before ``start`` is folded.
-Absent until the first fold."""
+"""The agent-state key of the fold position and the stored costs: ``{"start": id, "kept": [ids],
+"seen": id, "after": id, "counter": identity, "costs": [ints]}``. The memory's buffer is the
+messages from the one whose id is ``start`` (``None``: the first message, before any fold) to the
+end, preceded by the older messages whose ids are in ``kept`` (pinned units); every other message
+before ``start`` is folded. ``costs`` are the token costs of the buffer up to ``seen`` (the newest
+message counted), trusted when ``counter`` equals the identity of the middleware's counter
+(:func:`rollmem.counters.counter_identity`); ``after`` is the message just before ``start``, where
+the cursor re-anchors when ``start`` was removed from the state. Absent until the first model call;
+a cursor of rollmem 0.6 (``start`` and ``kept`` only) is read, its buffer counted once more."""
+
+logger = logging.getLogger("rollmem")
 
 #: The prefix of the summary message LangChain's ``SummarizationMiddleware`` writes.
 _LC_SUMMARY_PREFIX = "Here is a summary of the conversation to date:\n\n"
@@ -103,53 +115,104 @@ class RollingMemoryState(AgentState[Any]):
     rollmem_cursor: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
 
 
-class _Fold:
-    """One before-model step: the unfolded messages, as the originals and as rollmem messages."""
-
-    __slots__ = ("converted", "indices", "messages", "summary")
-
-    def __init__(
-        self, messages: Sequence[BaseMessage], indices: list[int], converted: list[Message], summary: str
-    ):
-        self.messages = messages
-        self.indices = indices  # positions in messages of the buffer, oldest first
-        self.converted = converted
-        self.summary = summary
-
-
 def _state_summary(state: Mapping[str, Any]) -> str:
     return v.get_str(state, SUMMARY_KEY, "", default="")
 
 
-def _buffer_indices(messages: Sequence[BaseMessage], state: Mapping[str, Any]) -> list[int]:
-    """The positions of the memory's buffer in ``messages`` (see :data:`CURSOR_KEY`)."""
-    cursor = state.get(CURSOR_KEY)
-    if cursor is None:
-        return list(range(len(messages)))
-    cursor = v.expect_mapping(cursor, CURSOR_KEY)
-    start = v.get_optional_str(cursor, "start", CURSOR_KEY)
-    kept = v.get_list(cursor, "kept", CURSOR_KEY)
-    for index, item in enumerate(kept):
-        if not isinstance(item, str):
-            raise StateTypeError(
-                v.join(v.join(CURSOR_KEY, "kept"), index), f"expected str, got {v.type_name(item)}"
-            )
-    if start is None:
-        return list(range(len(messages)))
+class _Cursor:
+    """:data:`CURSOR_KEY` read and checked."""
+
+    __slots__ = ("after", "costs", "counter", "kept", "seen", "start")
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        raw = state.get(CURSOR_KEY)
+        self.start: Optional[str] = None
+        self.kept: list[str] = []
+        self.seen: Optional[str] = None
+        self.after: Optional[str] = None
+        self.counter: Optional[str] = None
+        self.costs: Optional[list[int]] = None
+        if raw is None:
+            return
+        cursor = v.expect_mapping(raw, CURSOR_KEY)
+        self.start = v.get_optional_str(cursor, "start", CURSOR_KEY)
+        self.kept = v.get_list(cursor, "kept", CURSOR_KEY)
+        for index, item in enumerate(self.kept):
+            if not isinstance(item, str):
+                raise StateTypeError(
+                    v.join(v.join(CURSOR_KEY, "kept"), index), f"expected str, got {v.type_name(item)}"
+                )
+        # Written since 0.7.0; a cursor without them is read as before (every message recounted once).
+        self.seen = v.get_optional_str(cursor, "seen", CURSOR_KEY)
+        self.after = v.get_optional_str(cursor, "after", CURSOR_KEY)
+        self.counter = v.get_optional_str(cursor, "counter", CURSOR_KEY)
+        if cursor.get("costs") is not None:
+            costs = v.get_list(cursor, "costs", CURSOR_KEY)
+            for index, cost in enumerate(costs):
+                if not v.is_int(cost) or cost < 0:
+                    raise StateTypeError(
+                        v.join(v.join(CURSOR_KEY, "costs"), index),
+                        f"expected an int >= 0, got {cost!r}"
+                        if v.is_int(cost)
+                        else f"expected int, got {v.type_name(cost)}",
+                    )
+            self.costs = costs
+
+
+def _find(messages: Sequence[BaseMessage], message_id: Optional[str]) -> int:
+    """The position of the message with this id, searched from the end (it is near the end); -1."""
+    if message_id is None:
+        return -1
     position = len(messages) - 1
-    while position >= 0 and messages[position].id != start:  # the start is near the end
+    while position >= 0 and messages[position].id != message_id:
         position -= 1
-    if position < 0:
-        raise InvalidStateError(
-            v.join(CURSOR_KEY, "start"),
-            f"no message with id {start!r} in messages: the first unfolded message was removed from "
-            "the state by something other than this middleware",
+    return position
+
+
+def _tail_start(messages: Sequence[BaseMessage], cursor: _Cursor) -> tuple[int, Optional[str]]:
+    """Where the contiguous part of the buffer starts in ``messages``, and a note when the cursor's
+    start was gone (removed by ``RemoveMessage`` or ``REMOVE_ALL_MESSAGES``) and had to be re-found."""
+    if cursor.start is None:
+        return 0, None
+    position = _find(messages, cursor.start)
+    if position >= 0:
+        return position, None
+    anchor = _find(messages, cursor.after)
+    if anchor >= 0:
+        return anchor + 1, (
+            f"the first unfolded message {cursor.start!r} is no longer in the state; the fold position "
+            f"is re-anchored after {cursor.after!r}, the message before it"
         )
+    return 0, (
+        f"the first unfolded message {cursor.start!r} is no longer in the state, nor the message "
+        "before it; starting over from the messages in the state, keeping the summary"
+    )
+
+
+class _Live:
+    """A memory kept between model calls of one thread, with where its buffer sits in the state."""
+
+    __slots__ = ("kept", "length", "memory", "started")
+
+    def __init__(self, memory: Union[RollingMemory, AsyncRollingMemory], kept: int, started: bool) -> None:
+        self.memory = memory
+        self.kept = kept  # buffer[:kept] are pinned messages before the contiguous tail
+        self.started = started  # a fold happened: the cursor has a start
+        self.length = 0  # len(state["messages"]) the buffer's newest message ends
+
+
+_LIVE_THREADS = 256  # memories kept between model calls, most recently used first
+
+
+def _buffer_indices(messages: Sequence[BaseMessage], cursor: _Cursor) -> tuple[list[int], int, Optional[str]]:
+    """The positions of the memory's buffer in ``messages`` (see :data:`CURSOR_KEY`), how many of
+    them are kept before the contiguous tail, and the note of :func:`_tail_start`."""
+    position, note = _tail_start(messages, cursor)
     head: list[int] = []
-    if kept:
-        wanted = set(kept)
+    if cursor.kept:
+        wanted = set(cursor.kept)
         head = [index for index in range(position) if messages[index].id in wanted]
-    return [*head, *range(position, len(messages))]
+    return [*head, *range(position, len(messages))], len(head), note
 
 
 def _message_id(messages: Sequence[BaseMessage], index: int) -> str:
@@ -185,7 +248,15 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
 
     The summary and the fold position are agent state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`),
     persisted by any checkpointer: a new agent with this middleware on the same checkpointer and
-    thread continues without summarizing anything again. ``state["messages"]`` keeps the full
+    thread continues without summarizing anything again. Each message is counted once per thread:
+    a model call counts only the messages added since the previous one (the thread's memory is
+    kept between calls, for the 256 most recent threads), and the costs are stored in the cursor
+    with the counter's identity, so a new agent counts again only with an unnamed counter.
+
+    When the message where the unfolded part starts was removed from the state (``RemoveMessage``,
+    ``REMOVE_ALL_MESSAGES``), the next call re-anchors the fold position after the message before
+    it, or, when that one is gone too, starts over from the messages in the state keeping the
+    summary; either way it logs a warning on the ``"rollmem"`` logger. ``state["messages"]`` keeps the full
     history unless ``prune_folded`` is true: then each fold also removes the folded messages from
     the state (``RemoveMessage``), so the checkpoint stays bounded too.
 
@@ -226,6 +297,8 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
         self.pin = pin
         self.prune_folded = prune_folded
         self._summary_message = summary_message
+        self._cache: OrderedDict[str, _Live] = OrderedDict()  # by the id of the newest counted message
+        self._cache_lock = threading.Lock()  # threads of one agent may run model calls at once
 
     # -- what the model sees ------------------------------------------------------------------
 
@@ -246,7 +319,7 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
         when the buffer opens with another turn, unpaired tool calls and results as text)."""
         state = cast("Mapping[str, Any]", request.state)
         messages = request.messages
-        view: list[_AnyMessage] = [messages[index] for index in _buffer_indices(messages, state)]
+        view: list[_AnyMessage] = [messages[index] for index in _buffer_indices(messages, _Cursor(state))[0]]
         summary = _state_summary(state)
         if summary:
             view.insert(0, self.summary_message(summary))
@@ -271,47 +344,50 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
     # -- folding ------------------------------------------------------------------------------
 
     def before_model(self, state: RollingMemoryState, runtime: _Runtime) -> Optional[dict[str, Any]]:
-        """Fold what the budget says with a :class:`~rollmem.RollingMemory`; returns the state
-        update (summary, fold position, removals when pruning), or ``None`` when nothing folds."""
+        """Count the messages added since the last model call, fold what the budget says with a
+        :class:`~rollmem.RollingMemory`; returns the state update (summary, fold position with the
+        stored costs, removals when pruning), or ``None`` when no message was added."""
         if inspect.iscoroutinefunction(self.summarize_fn):
             raise TypeError(
                 "summarize_fn is a coroutine function: run the agent with ainvoke/astream, "
                 "or give RollingMemoryMiddleware a sync summarize_fn"
             )
-        fold = self._begin(state)
-        if fold is None:
+        step = self._begin(cast("Mapping[str, Any]", state), RollingMemory)
+        if step is None:
             return None
-        memory = RollingMemory(
-            self.max_tokens,
-            cast("Optional[SummarizeFn]", self.summarize_fn),
-            self.token_counter,
-            target_tokens=self.target_tokens,
-        )
-        memory.summary = fold.summary
-        memory.buffer = fold.converted[:-1]
-        memory.extend(fold.converted[-1:])
-        return self._finish(fold, memory.summary, memory.buffer)
+        live, new, messages = step
+        memory = cast("RollingMemory", live.memory)
+        with memory.record() as changes:
+            memory.extend(new)
+        return self._finish(live, changes, messages)
 
     async def abefore_model(self, state: RollingMemoryState, runtime: _Runtime) -> Optional[dict[str, Any]]:
         """:meth:`before_model` with an :class:`~rollmem.AsyncRollingMemory` (``summarize_fn``
         may be a coroutine function)."""
-        fold = self._begin(state)
-        if fold is None:
+        step = self._begin(cast("Mapping[str, Any]", state), AsyncRollingMemory)
+        if step is None:
             return None
-        memory = AsyncRollingMemory(
-            self.max_tokens, self.summarize_fn, self.token_counter, target_tokens=self.target_tokens
-        )
-        memory.summary = fold.summary
-        memory.buffer = fold.converted[:-1]
-        await memory.extend(fold.converted[-1:])
-        return self._finish(fold, memory.summary, memory.buffer)
+        live, new, messages = step
+        memory = cast("AsyncRollingMemory", live.memory)
+        with memory.record() as changes:
+            await memory.extend(new)
+        return self._finish(live, changes, messages)
 
-    def _begin(self, state: RollingMemoryState) -> Optional[_Fold]:
-        values = cast("Mapping[str, Any]", state)
-        messages: Sequence[BaseMessage] = values["messages"]
-        indices = _buffer_indices(messages, values)
-        if len(indices) < 2:
-            return None  # the newest unit always stays: nothing can fold
+    def _new_memory(self, kind: type) -> Union[RollingMemory, AsyncRollingMemory]:
+        summarize_fn = self.summarize_fn
+        if kind is RollingMemory:
+            summarize_fn = cast("Optional[SummarizeFn]", summarize_fn)
+        memory: Union[RollingMemory, AsyncRollingMemory] = kind(
+            self.max_tokens, summarize_fn, self.token_counter, target_tokens=self.target_tokens
+        )
+        return memory
+
+    def _identity(self) -> Optional[str]:
+        return counter_identity(words if self.token_counter is None else self.token_counter)
+
+    def _convert(self, messages: Sequence[BaseMessage], indices: list[int]) -> list[Message]:
+        for index in indices:
+            _message_id(messages, index)
         try:
             converted = from_langchain([messages[index] for index in indices])
         except InvalidStateError as error:  # name the position in the state, not in the buffer
@@ -322,30 +398,116 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
                 replace(message, pinned=True) if pin(messages[index]) else message
                 for message, index in zip(converted, indices)
             ]
-        return _Fold(messages, indices, converted, _state_summary(values))
+        return converted
 
-    def _finish(self, fold: _Fold, summary: str, buffer: Sequence[Message]) -> Optional[dict[str, Any]]:
-        staying = {id(message) for message in buffer}
-        remaining: list[int] = []
-        folded: list[int] = []
-        for message, index in zip(fold.converted, fold.indices):
-            (remaining if id(message) in staying else folded).append(index)
-        if not folded:
+    def _begin(
+        self, state: Mapping[str, Any], kind: type
+    ) -> Optional[tuple[_Live, list[Message], Sequence[BaseMessage]]]:
+        """The thread's memory (kept from the last call, else rebuilt from the state with the stored
+        costs) and the messages added since, converted; ``None`` when none was added."""
+        messages: Sequence[BaseMessage] = state["messages"]
+        cursor = _Cursor(state)
+        summary = _state_summary(state)
+        live = None
+        if cursor.seen is not None:
+            with self._cache_lock:
+                live = self._cache.pop(cursor.seen, None)
+        if live is not None and self._current(live, kind, messages, cursor, summary):
+            new = list(range(live.length, len(messages)))
+        else:
+            live, new = self._rebuild(messages, cursor, summary, kind)
+        if not new:
+            if cursor.seen is not None and live.length == len(messages):
+                self._keep(cursor.seen, live)  # nothing added: the next call finds it again
             return None
-        messages = fold.messages
-        first = len(remaining) - 1  # the buffer ends with the newest message: find its contiguous tail
-        while first > 0 and remaining[first - 1] == remaining[first] - 1:
-            first -= 1
+        return live, self._convert(messages, new), messages
+
+    def _current(
+        self, live: _Live, kind: type, messages: Sequence[BaseMessage], cursor: _Cursor, summary: str
+    ) -> bool:
+        """Whether the state is the one ``live`` was left at, plus messages added at the end."""
+        memory = live.memory
+        length = live.length
+        if type(memory) is not kind or memory.summary != summary or not 0 < length <= len(messages):
+            return False
+        if messages[length - 1].id != cursor.seen:
+            return False
+        buffer = memory.buffer
+        start = buffer[live.kept].id if live.started else None
+        return start == cursor.start and [m.id for m in buffer[: live.kept]] == cursor.kept
+
+    def _rebuild(
+        self, messages: Sequence[BaseMessage], cursor: _Cursor, summary: str, kind: type
+    ) -> tuple[_Live, list[int]]:
+        """A memory holding the buffer the cursor names up to its newest counted message, with the
+        stored costs (when they hold: the same counter, nothing removed since), and the positions
+        of the buffered messages still to add (all of them when the costs do not hold)."""
+        indices, head, note = _buffer_indices(messages, cursor)
+        if note is not None:
+            logger.warning("RollingMemoryMiddleware: %s", note)
+        seen = -1 if note is not None else _find(messages, cursor.seen)
+        known = [index for index in indices if index <= seen]
+        costs = cursor.costs
+        if (
+            costs is None
+            or cursor.counter is None
+            or cursor.counter != self._identity()
+            or len(costs) != len(known)
+        ):
+            known, costs = [], []
+        memory = self._new_memory(kind)
+        memory.restore(
+            {"version": 2, "summary": summary, "buffer": self._convert(messages, known)}, costs=costs
+        )
+        live = _Live(memory, head, cursor.start is not None or note is not None)
+        live.length = seen + 1
+        return live, indices[len(known) :]
+
+    def _finish(
+        self, live: _Live, changes: Sequence[Change], messages: Sequence[BaseMessage]
+    ) -> dict[str, Any]:
+        memory = live.memory
+        folded: list[str] = []
+        for change in changes:
+            if isinstance(change, (Folded, Dropped)):
+                last = change.positions[-1]
+                live.kept = last + 1 - len(change.positions)
+                live.started = True
+                folded.extend(cast(str, message.id) for message in change.messages)
+        buffer = memory.buffer
+        kept = buffer[: live.kept]
+        length = len(messages)
+        start_at = length - (len(buffer) - live.kept)  # where the contiguous tail starts in the state
+        if self.prune_folded:
+            after = kept[-1].id if kept else None
+            length -= len(folded)
+        else:
+            after = messages[start_at - 1].id if start_at > 0 else None
+        live.length = length
+        seen = cast(str, buffer[-1].id)
         update: dict[str, Any] = {
-            SUMMARY_KEY: summary,
+            SUMMARY_KEY: memory.summary,
             CURSOR_KEY: {
-                "start": _message_id(messages, remaining[first]),
-                "kept": [_message_id(messages, index) for index in remaining[:first]],
+                "start": buffer[live.kept].id if live.started else None,
+                "kept": [message.id for message in kept],
+                "seen": seen,
+                "after": after if live.started else None,
+                "counter": self._identity(),
+                "costs": memory.costs(),
             },
         }
-        if self.prune_folded:
-            update["messages"] = [RemoveMessage(id=_message_id(messages, index)) for index in folded]
+        if folded and self.prune_folded:
+            update["messages"] = [RemoveMessage(id=message_id) for message_id in folded]
+        self._keep(seen, live)
         return update
+
+    def _keep(self, seen: str, live: _Live) -> None:
+        cache = self._cache
+        with self._cache_lock:
+            cache[seen] = live
+            cache.move_to_end(seen)
+            while len(cache) > _LIVE_THREADS:
+                cache.popitem(last=False)
 
 
 def _outline(message: BaseMessage, position: int) -> Message:

@@ -28,6 +28,7 @@ it (this package's mypy runs with ``python_version = 3.9``, which LlamaIndex doe
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -35,10 +36,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .. import AsyncSummaryMemory, MemoryStats, Message, ToolCall
 from .._extras import import_extra
-from ..adapters._common import carried_metadata, dump_arguments
-from ..errors import StateTypeError
 from ..memory import words
-from ..summarizers import _newest_suffix
+from ..summarizers import newest_suffix
 
 __all__ = ["RollingSummaryBlock"]
 
@@ -69,9 +68,9 @@ def _arguments(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
-        try:
-            return dump_arguments(value, "arguments")
-        except StateTypeError:
+        try:  # compact JSON, non-ASCII kept: as the adapters write tool-call arguments
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError):
             pass
     return str(value)
 
@@ -132,7 +131,7 @@ def _convert(message: Any) -> Message:
         "\n".join(texts),
         tool_calls=calls,
         tool_call_id=call_id if isinstance(call_id, str) else None,
-        metadata=carried_metadata(name=name if isinstance(name, str) else None),
+        metadata={"name": name} if isinstance(name, str) else {},  # the key the adapters carry
     )
 
 
@@ -297,7 +296,7 @@ def _build_block_class() -> type:
             keep = counter(content) - tokens_to_truncate
             if keep <= 0:
                 return None
-            return _newest_suffix(content, keep, counter) or None
+            return newest_suffix(content, keep, counter) or None
 
     RollingSummaryBlock.__qualname__ = "RollingSummaryBlock"
     RollingSummaryBlock.__module__ = __name__

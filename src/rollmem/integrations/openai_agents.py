@@ -23,9 +23,10 @@ gives a request the provider accepts.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
@@ -33,10 +34,13 @@ from ..adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, responses_items, to_openai_responses
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import SYSTEM, Message
+from ..policies import unit_spans
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
 
 __all__ = ["SUMMARY_HEADER", "RollingSession"]
+
+_T = TypeVar("_T")
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 """The first line of the summary item's content: how the model, and the session, recognise it."""
@@ -89,24 +93,32 @@ def _is_lone_reasoning(message: Message) -> bool:
 
 
 def _units(messages: Sequence[Message]) -> list[list[Message]]:
-    """The buffer cut into the core's units: a result joins everything from its earliest caller."""
-    units: list[list[Message]] = []
-    callers: dict[str, int] = {}  # call id -> index of the unit holding its earliest caller
-    for message in messages:
-        first = None if message.tool_call_id is None else callers.get(message.tool_call_id)
-        if first is None:
-            units.append([message])
-        else:
-            merged = [m for unit in units[first:] for m in unit]
-            merged.append(message)
-            del units[first:]
-            units.append(merged)
-            for call_id, index in callers.items():
-                if index > first:
-                    callers[call_id] = first
-        for call in message.tool_calls:
-            callers.setdefault(call.id, len(units) - 1)
-    return units
+    """The buffer cut into the core's units (:func:`rollmem.policies.unit_spans`)."""
+    return [list(messages[start:stop]) for start, stop in unit_spans(messages)]
+
+
+async def _add(memory: AsyncRollingMemory, messages: list[Message], batch: list[Any]) -> Optional[Exception]:
+    """Append ``messages`` (converted from ``batch``); returns the summarizer's error, if any (the
+    items are in and saved all the same)."""
+    buffer = memory.buffer
+    if buffer and _is_lone_reasoning(buffer[-1]):  # waiting reasoning joins the first new item
+        messages = from_openai_responses(responses_items(buffer[-1:]) + batch)
+        memory.buffer = buffer[:-1]
+    try:
+        await memory.extend(messages)
+    except Exception as exc:  # the items are in; save them, then raise
+        return exc
+    return None
+
+
+async def _pop(memory: AsyncRollingMemory) -> Optional[dict[str, Any]]:
+    buffer = memory.buffer
+    if not buffer:
+        return None
+    items = responses_items(buffer[-1:])
+    popped = items.pop()
+    memory.buffer = buffer[:-1] + from_openai_responses(items)
+    return popped
 
 
 def _check_limit(limit: object) -> Optional[int]:
@@ -130,6 +142,16 @@ class RollingSession:
     ``add_items`` appends whole batches (all or nothing) and folds the oldest units into the
     summary when over ``max_tokens``; each message is summarized once. If the summarizer
     raises, the items stay (over budget, saved) and the error propagates, as in the core.
+    ``add_items`` and ``pop_item`` on a store are re-runnable writes
+    (:meth:`~rollmem.sessions.AsyncSessions.update`): when another writer saved first they run
+    again on the latest state (the summarizer may then be called again), and raise
+    ``ConflictError`` only after ``max_retries`` lost writes.
+
+    What leaves the buffer is not lost unless you let it: ``on_evict(items)`` (sync or async) is
+    called with the evicted items, as they were added, once per committed eviction (with a store:
+    after the write); ``archive``, any SDK session (``agents.SQLiteSession("user-1-archive")``
+    say), receives them through its ``add_items`` first, so it keeps every item this session
+    folded or dropped. An error of either propagates from ``add_items`` after the items are saved.
     """
 
     session_settings: Optional[Any] = None
@@ -145,6 +167,8 @@ class RollingSession:
         target_tokens: Optional[int] = None,
         store: Optional[Union[LogStore, AsyncLogStore, Store, AsyncStore]] = None,
         max_retries: int = 10,
+        on_evict: Optional[Callable[[list[dict[str, Any]]], Any]] = None,
+        archive: Optional[Any] = None,
     ) -> None:
         _require_agents()
         if not isinstance(session_id, str):
@@ -152,8 +176,16 @@ class RollingSession:
         if not session_id:
             raise ValueError("session_id must not be empty")
 
+        v.check_callable("on_evict", on_evict, optional=True)
+        if archive is not None and not callable(getattr(archive, "add_items", None)):
+            raise v.type_error("archive", "a session with add_items (e.g. agents.SQLiteSession)", archive)
+        self.on_evict = on_evict
+        self.archive = archive
+
         def factory() -> AsyncRollingMemory:
-            return AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)
+            return AsyncRollingMemory(
+                max_tokens, summarize_fn, token_counter, target_tokens=target_tokens, on_evict=self._evicted
+            )
 
         memory = factory()  # checks the arguments now
         self.session_id = session_id
@@ -165,6 +197,18 @@ class RollingSession:
             self._memory = memory
         else:
             self._sessions = AsyncSessions(store, factory, max_retries=max_retries)
+
+    async def _evicted(self, messages: Sequence[Message]) -> None:
+        """The memory's ``on_evict``: the evicted items to ``on_evict`` and ``archive``."""
+        if self.on_evict is None and self.archive is None:
+            return
+        items = responses_items(list(messages))  # as they were: nothing re-shaped for a request
+        if self.archive is not None:
+            await self.archive.add_items(items)
+        if self.on_evict is not None:
+            outcome = self.on_evict(items)
+            if inspect.isawaitable(outcome):
+                await outcome
 
     @property
     def store(self) -> Optional[Union[LogStore, AsyncLogStore, Store, AsyncStore]]:
@@ -179,6 +223,14 @@ class RollingSession:
         else:
             async with self._sessions.open(self.session_id) as memory:
                 yield memory
+
+    async def _update(self, fn: Callable[[AsyncRollingMemory], Awaitable[_T]]) -> _T:
+        """``fn(memory)``; with a store through :meth:`AsyncSessions.update` (re-run on the latest
+        state when another writer saved first, up to ``max_retries`` times)."""
+        if self._sessions is None:
+            assert self._memory is not None
+            return await fn(self._memory)
+        return await self._sessions.update(self.session_id, fn)
 
     async def get_memory(self) -> AsyncRollingMemory:
         """The memory behind the session: the live one, or a snapshot of the stored one (changes
@@ -239,16 +291,11 @@ class RollingSession:
             messages = from_openai_responses(batch)
         if not messages:
             return
-        error: Optional[Exception] = None
-        async with self._open() as memory:
-            buffer = memory.buffer
-            if buffer and _is_lone_reasoning(buffer[-1]):
-                messages = from_openai_responses(responses_items(buffer[-1:]) + batch)
-                memory.buffer = buffer[:-1]
-            try:
-                await memory.extend(messages)
-            except Exception as exc:  # the items are in; save them, then raise
-                error = exc
+
+        def add(memory: AsyncRollingMemory) -> Awaitable[Optional[Exception]]:
+            return _add(memory, messages, batch)
+
+        error = await self._update(add)
         if error is not None:
             raise error
 
@@ -259,14 +306,7 @@ class RollingSession:
         added): popping a ``function_call_output`` leaves its ``function_call`` (an output added
         later pairs with it again), popping the item after reasoning leaves the reasoning waiting.
         """
-        async with self._open() as memory:
-            buffer = memory.buffer
-            if not buffer:
-                return None
-            items = responses_items(buffer[-1:])
-            popped = items.pop()
-            memory.buffer = buffer[:-1] + from_openai_responses(items)
-        return popped
+        return await self._update(_pop)
 
     async def clear_session(self) -> None:
         """Forget the summary and every item."""

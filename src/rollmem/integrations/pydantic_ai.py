@@ -41,21 +41,26 @@ error outcome, ``is_error``), a retry that answers no call a ``user`` message, a
 tool deltas, files in a response) travel with the message next to them and are neither counted
 nor shown to the summarizer. A request may be split between its parts; a response never is.
 
-State, per conversation: the summary and the fingerprints of the newest 256 parts folded into it
-(a hash of the part's converted form, its kind and timestamp, so a history passed again after
-being serialized or re-created is recognised). Folds always take the oldest parts, so every part
-of a passed history up to the newest one whose fingerprint is known was folded already: those
-parts are dropped, never summarized again, and the state stays small however long the
-conversation. The summarizer receives the previous summary and only parts never folded before.
-Our own summary part is recognised wherever it sits (pydantic-ai 2.x writes the processed history
-back, and may merge that part into the request of a user prompt) and removed before the history
-is measured. The state lives in ``store`` (any rollmem store: a log store such as
-:class:`~rollmem.stores.SQLiteStore`, or a whole-state :class:`~rollmem.stores.Store` or
-:class:`~rollmem.stores.AsyncStore`; a new in-process :class:`~rollmem.stores.MemoryStore` by
-default) under the session id :data:`STATE_PREFIX` ``+ conversation key``, as the JSON text
-of the session head's summary (a log store holds no entries for it), saved with a
-compare-and-set (a lost race is recomputed from the winner's state, up to 10 times, then
-:class:`~rollmem.errors.ConflictError`).
+State, per conversation: a rollmem session (:class:`~rollmem.sessions.AsyncSessions`) holding the
+summary and the unfolded messages with their token costs (and the counter's identity), each
+message's id being the fingerprint of its part (a hash of the part's converted form, its kind and
+timestamp, so a history passed again after being serialized or re-created is recognised). A passed
+history is matched against it: parts whose fingerprint is stored were counted already, the parts
+after the newest stored one are new (counted once, then folded by the policy), and the parts
+before it that are not stored were folded (folds always take the oldest parts), so they are
+dropped, never summarized again. So a model request counts only the new parts, also after a
+restart, and the state is bounded by the budget however long the conversation. Conversions and
+fingerprints are also kept per history object in the processor, so a history passed again as the
+same objects is not converted again. The summarizer receives the previous summary and only parts
+never folded before (without those ids). Our own summary part is recognised wherever it sits
+(pydantic-ai 2.x writes the processed history back, and may merge that part into the request of a
+user prompt) and removed before the history is measured. The state lives in ``store`` (any
+rollmem store: a log store such as :class:`~rollmem.stores.SQLiteStore`, or a whole-state
+:class:`~rollmem.stores.Store` or :class:`~rollmem.stores.AsyncStore`; a new in-process
+:class:`~rollmem.stores.MemoryStore` by default) under the session id :data:`STATE_PREFIX` ``+
+conversation key``, written with :meth:`AsyncSessions.update` (a lost race re-runs on the
+winner's state, up to 10 times, then :class:`~rollmem.errors.ConflictError`). A state written by
+rollmem 0.6 (a JSON document as the session's summary) is read and continued.
 
 The conversation key is ``RunContext.conversation_id`` (pydantic-ai sets it on every run since
 late 1.x and carries it on the messages). Without one, it is the key recorded in our summary part
@@ -67,7 +72,8 @@ the summary.
 
 A summarizer that raises fails the run with its error and changes nothing; the history the app
 holds is untouched. Nothing is summarized twice, except that a fold whose save lost a race is
-recomputed (the losing summary is discarded).
+recomputed (the losing summary is discarded). A history that no longer holds some stored
+unfolded parts (the app edited or cut it) drops them from the state.
 
 Typing: ``pydantic_ai`` is loaded with :func:`importlib.import_module` (it cannot be parsed under
 this package's mypy ``python_version = 3.9``), so its objects are typed ``Any`` here.
@@ -78,20 +84,22 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import inspect
 import json
 import threading
-from collections.abc import Sequence
-from typing import Any, Optional, Union
+from collections.abc import Awaitable, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
 from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
-from ..adapters._common import carried_metadata
-from ..errors import ConflictError, InvalidStateError
+from ..changes import Dropped, Folded
+from ..errors import InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ..sessions import _async_log
-from ..stores import AsyncLogStore, AsyncStore, LogStore, LogWrite, MemoryStore, Store
+from ..sessions import AsyncSessions
+from ..stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store
 
 __all__ = ["STATE_PREFIX", "RollingHistory", "find_summary", "rolling_history"]
 
@@ -102,7 +110,6 @@ _MARKER = "rollmem"  # key of our summary part's metadata: {"rollmem": {"summary
 _SYSTEM_MARKER = "rollmem.summary:"  # SystemPromptPart.dynamic_ref prefix where CompactionPart is absent
 _STATE_VERSION = 1
 _MAX_RETRIES = 10
-_REMEMBERED = 256  # fingerprints of the newest folded parts kept in the state
 # Request parts with no text of their own: they travel with the part next to them.
 _QUIET_REQUEST_PARTS = frozenset(
     (
@@ -185,12 +192,12 @@ def _request_message(pai: Any, part: Any, standing: bool) -> Optional[Message]:
         if kind == "retry-prompt" and tool_name is None:  # a retry that answers no call
             return Message(USER, _tool_result_text(part))
         error = kind == "retry-prompt" or getattr(part, "outcome", "success") != "success"
-        return Message(
-            TOOL,
-            _tool_result_text(part),
-            tool_call_id=part.tool_call_id,
-            metadata=carried_metadata(name=tool_name if isinstance(tool_name, str) else None, error=error),
-        )
+        metadata: dict[str, Any] = {}  # the keys the adapters carry: "name", "is_error"
+        if isinstance(tool_name, str):
+            metadata["name"] = tool_name
+        if error:
+            metadata["is_error"] = True
+        return Message(TOOL, _tool_result_text(part), tool_call_id=part.tool_call_id, metadata=metadata)
     if kind == "retry-feedback":
         return Message(USER, _tool_result_text(part))
     if kind == "compaction":  # another capability's summary
@@ -245,6 +252,44 @@ def find_summary(messages: Sequence[Any]) -> Optional[str]:
     return found
 
 
+class _Converted:
+    """Converted messages and fingerprints by history object (a part, or a whole response), so a
+    history passed again converts only what is new. Holds the objects it keys by ``id``; bounded."""
+
+    _LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, bool], tuple[Any, Optional[tuple[Message, str]]]] = {}
+        self._lock = threading.Lock()
+
+    def get(
+        self,
+        item: Any,
+        standing: bool,
+        convert: Callable[..., Optional[Message]],
+        args: tuple[Any, ...],
+        request: Any = None,
+    ) -> Optional[tuple[Message, str]]:
+        """``(message, fingerprint)`` of ``item`` (``None``: a part with no text of its own)."""
+        key = (id(item), standing)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is item:
+            return entry[1]
+        message = convert(*args)
+        if message is None:
+            found = None
+        elif request is None:  # a response
+            found = (message, _fingerprint("response", item.timestamp, message))
+        else:
+            stamp = getattr(item, "timestamp", None) or request.timestamp
+            found = (message, _fingerprint("request", stamp, message))
+        with self._lock:
+            if len(self._entries) >= self._LIMIT:
+                self._entries.clear()
+            self._entries[key] = (item, found)
+        return found
+
+
 class _View:
     """A history taken apart: our summary parts removed, every other part owned by one group.
 
@@ -252,7 +297,8 @@ class _View:
     quiet parts that travel with it.
     """
 
-    def __init__(self, pai: Any, messages: Sequence[Any]) -> None:
+    def __init__(self, pai: Any, messages: Sequence[Any], cache: _Converted) -> None:
+        self._cache = cache
         self.summaries: list[str] = []
         self.marker_key: Optional[str] = None
         self.messages: list[Any] = []  # the history without our summary parts
@@ -272,14 +318,16 @@ class _View:
                 )
         self._place_quiet_parts()
 
-    def _new_group(self, message: Message, kind: str, stamp: Any) -> int:
-        self.groups.append(message)
-        self.prints.append(_fingerprint(kind, stamp, message))
+    def _new_group(self, converted: tuple[Message, str]) -> int:
+        self.groups.append(converted[0])
+        self.prints.append(converted[1])
         return len(self.groups) - 1
 
     def _add_response(self, pai: Any, response: Any) -> None:
         self._opening = False
-        group = self._new_group(_response_message(pai, response), "response", response.timestamp)
+        converted = self._cache.get(response, False, _response_message, (pai, response))
+        assert converted is not None  # a response is always one message
+        group = self._new_group(converted)
         self.messages.append(response)
         self.owners.append([group] * len(response.parts))
 
@@ -294,11 +342,10 @@ class _View:
                 continue
             if _is_opening_part(part):  # ours, written back by pydantic-ai: added again when needed
                 continue
-            self._opening = self._opening and getattr(part, "part_kind", None) == "system-prompt"
-            converted = _request_message(pai, part, self._opening)
+            self._opening = opening = self._opening and getattr(part, "part_kind", None) == "system-prompt"
+            converted = self._cache.get(part, opening, _request_message, (pai, part, opening), request)
             parts.append(part)
-            stamp = getattr(part, "timestamp", None) or request.timestamp
-            owners.append(-1 if converted is None else self._new_group(converted, "request", stamp))
+            owners.append(-1 if converted is None else self._new_group(converted))
         self._opening = False
         if not parts:
             return
@@ -339,6 +386,15 @@ class _View:
         )
         return [i for i in range(len(groups)) if groups[i].pinned or (i > cut and prints[i] not in known)]
 
+    def live(self, buffered: set[str]) -> tuple[list[int], list[int]]:
+        """``(known, new)``: the groups whose fingerprint is in ``buffered`` (the stored buffer),
+        and the groups to add: every group after the newest known one (all of them when none is
+        known). The other groups before it were folded (folds take the oldest groups)."""
+        prints = self.prints
+        last = next((i for i in range(len(prints) - 1, -1, -1) if prints[i] in buffered), -1)
+        known = [i for i in range(last + 1) if prints[i] in buffered]
+        return known, list(range(last + 1, len(prints)))
+
     def origin_key(self) -> Optional[str]:
         """The fingerprint of the first non-pinned group: the conversation's opening message."""
         for message, fingerprint in zip(self.groups, self.prints):
@@ -361,7 +417,9 @@ class _View:
 # -- stored state ----------------------------------------------------------------------------------
 
 
-def _parse_state(session_id: str, text: str) -> tuple[str, list[str]]:
+def _legacy_state(session_id: str, text: str) -> tuple[str, list[str]]:
+    """A state written by rollmem before 0.7 (a JSON document as the session's summary, no
+    messages): ``(summary, fingerprints of the newest folded parts)``."""
     try:
         data = json.loads(text)
         data = v.expect_mapping(data, "")
@@ -385,9 +443,8 @@ def _parse_state(session_id: str, text: str) -> tuple[str, list[str]]:
     return summary, folded
 
 
-def _dump_state(summary: str, folded: list[str]) -> str:
-    data = {"version": _STATE_VERSION, "summary": summary, "folded": folded}
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+def _is_legacy(memory: AsyncRollingMemory) -> bool:
+    return not memory.buffer and memory.summary.startswith('{"version":')
 
 
 def _insert_summary(pai: Any, history: list[Any], part: Any) -> None:
@@ -469,22 +526,19 @@ class RollingHistory:
         self._memory()  # checks every argument now
         if store is None:
             store = MemoryStore()
-        self._log = _async_log(store)
         self._store: Union[LogStore, AsyncLogStore, Store, AsyncStore] = store
+        self._sessions = AsyncSessions(store, self._memory, max_retries=_MAX_RETRIES)
+        self._converted = _Converted()
 
     @property
     def store(self) -> Union[LogStore, AsyncLogStore, Store, AsyncStore]:
         """Where the per-conversation state is kept."""
         return self._store
 
-    def _memory(self, evicted: Optional[list[Message]] = None) -> AsyncRollingMemory:
+    def _memory(self) -> AsyncRollingMemory:
         max_tokens, summarize_fn, token_counter, target_tokens = self._settings
         return AsyncRollingMemory(
-            max_tokens,
-            summarize_fn,
-            token_counter,
-            target_tokens=target_tokens,
-            on_evict=None if evicted is None else evicted.extend,
+            max_tokens, _without_ids(summarize_fn), token_counter, target_tokens=target_tokens
         )
 
     async def __call__(self, ctx: Any, messages: list[Any]) -> list[Any]:
@@ -492,60 +546,26 @@ class RollingHistory:
         pai = _import()
         if not isinstance(messages, list):
             raise TypeError(f"messages: expected a list of ModelMessage, got {v.type_name(messages)}")
-        view = _View(pai, messages)
+        view = _View(pai, messages, self._converted)
         conversation_id = getattr(ctx, "conversation_id", None)
         key = conversation_id if isinstance(conversation_id, str) and conversation_id else None
         key = key or view.marker_key or view.origin_key()
         if key is None:  # no message to keep or fold: nothing to do
             return messages
-        for attempt in range(_MAX_RETRIES + 1):
-            try:
-                return await self._process(pai, view, key, messages)
-            except ConflictError:
-                if attempt == _MAX_RETRIES:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _process(self, pai: Any, view: _View, key: str, messages: list[Any]) -> list[Any]:
         session_id = STATE_PREFIX + key
-        stored = await self._log.aload(session_id)
-        folded: list[str] = []
-        if stored is None:
-            summary = view.summaries[-1] if view.summaries else ""
-        else:
-            summary, folded = _parse_state(session_id, stored.head.summary)
-        live = view.unfolded(folded)
-        evicted: list[Message] = []
-        memory = self._memory(evicted)
-        memory.summary = summary
-        await memory.extend([view.groups[index] for index in live])
-        if evicted:
-            gone = {id(message) for message in evicted}
-            folded = (folded + [view.prints[i] for i in live if id(view.groups[i]) in gone])[-_REMEMBERED:]
-            state = _dump_state(memory.summary, folded)
-            if stored is None:
-                write = LogWrite("", summary=state, create=True)
-            else:  # a compare-and-set on the head that was loaded
-                head = stored.head
-                write = LogWrite(
-                    head.incarnation,
-                    expected_revision=head.revision,
-                    expected_tail=head.tail,
-                    summary=state,
-                    replace=True,
-                )
-            await self._log.awrite(session_id, write)
-        unchanged = (
-            not evicted
-            and len(live) == len(view.groups)
-            and view.summaries == ([memory.summary] if memory.summary else [])
-        )
-        if unchanged:
+
+        def step(memory: AsyncRollingMemory) -> Awaitable[tuple[str, set[str], bool]]:
+            return _step(session_id, memory, view)
+
+        result = await self._sessions.update(session_id, cast(Any, step))
+        summary, kept, changed = cast("tuple[str, set[str], bool]", result)
+        if not changed and view.summaries == ([summary] if summary else []):
             return _user_first(pai, messages)
-        kept = {id(message) for message in memory.buffer}
-        history = view.rebuild({index for index in live if id(view.groups[index]) in kept})
-        if memory.summary:
-            _insert_summary(pai, history, self._summary_part(pai, memory.summary, key))
+        history = view.rebuild(
+            {index for index, fingerprint in enumerate(view.prints) if fingerprint in kept}
+        )
+        if summary:
+            _insert_summary(pai, history, self._summary_part(pai, summary, key))
         return _user_first(pai, history)
 
     @staticmethod
@@ -556,6 +576,52 @@ class RollingHistory:
         if compaction is not None and "metadata" in {field.name for field in dataclasses.fields(compaction)}:
             return compaction(summary, metadata={_MARKER: {"summary": True, "key": key}})
         return pai.SystemPromptPart(summary, dynamic_ref=_SYSTEM_MARKER + key)
+
+
+async def _step(session_id: str, memory: AsyncRollingMemory, view: _View) -> tuple[str, set[str], bool]:
+    """One processor call on the conversation's memory (re-run on the latest state when another
+    call saved first): returns the summary, the fingerprints of the groups kept, and whether
+    anything but the memory's own buffer was passed (a fold, or groups not shown in full)."""
+    if _is_legacy(memory):  # a pre-0.7 state: fold position by folded fingerprints
+        summary, folded = _legacy_state(session_id, memory.summary)
+        memory.summary = summary
+        known: list[int] = []
+        new = view.unfolded(folded)
+    else:
+        if not memory.buffer and not memory.summary and view.summaries:
+            memory.summary = view.summaries[-1]  # a restart without a store: continue our summary
+        buffered = {message.id for message in memory.buffer if message.id is not None}
+        known, new = view.live(buffered)
+        if len(known) != len(memory.buffer):  # stored messages the history no longer holds
+            present = {view.prints[index] for index in known}
+            memory.buffer = [message for message in memory.buffer if message.id in present]
+    groups = view.groups
+    with memory.record() as changes:
+        await memory.extend([replace(groups[index], id=view.prints[index]) for index in new])
+    kept = {message.id for message in memory.buffer if message.id is not None}
+    folded_any = any(isinstance(change, (Folded, Dropped)) for change in changes)
+    return memory.summary, kept, folded_any or len(known) + len(new) != len(groups)
+
+
+def _without_ids(
+    summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]],
+) -> Optional[Union[SummarizeFn, AsyncSummarizeFn]]:
+    """``summarize_fn`` receiving the messages without the fingerprints kept as their ids."""
+    if summarize_fn is None or not callable(summarize_fn):
+        return summarize_fn
+    if inspect.iscoroutinefunction(summarize_fn):
+        async_fn = cast("AsyncSummarizeFn", summarize_fn)
+
+        async def asummarize(summary: str, evicted: Sequence[Message]) -> str:
+            return await async_fn(summary, [replace(message, id=None) for message in evicted])
+
+        return asummarize
+    sync_fn = cast("SummarizeFn", summarize_fn)
+
+    def summarize(summary: str, evicted: Sequence[Message]) -> str:
+        return sync_fn(summary, [replace(message, id=None) for message in evicted])
+
+    return summarize
 
 
 def rolling_history(
