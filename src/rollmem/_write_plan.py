@@ -363,18 +363,17 @@ def plan_write(
 
 def rebase_fold(plan: Plan, loaded: Loaded, latest: Head, seqs: Sequence[int]) -> Optional[LogWrite]:
     """The lost fold of ``plan`` aimed at the ``latest`` head (with these live sequence numbers),
-    when its cut is still valid there: same incarnation, summary and counter, every entry it
-    removes still live, and (when it removes messages the block added) nobody appended since.
-    ``None`` otherwise."""
+    when its cut is still valid there: same incarnation, summary and counter, and every entry it
+    removes still live (so only appends, or folds that took other entries, came between).
+    Entries others appended meanwhile stay after the summary: their turns ran concurrently with
+    this block, so ordering this block's messages first is one valid order of the two. ``None``
+    when the cut is no longer valid."""
     fold, head = plan.change, loaded.head
     if fold is None or head is None or fold.expected_revision is None:
         return None
     if (latest.incarnation, latest.summary, latest.counter) != (head.incarnation, head.summary, head.counter):
         return None
-    if plan.removed_new and latest.tail != head.tail:
-        return None
-    live = set(seqs)
-    if not live.issuperset(plan.removed):
+    if not set(seqs).issuperset(plan.removed):
         return None
     removed = set(plan.removed)
     keep = tuple(seq for seq in seqs if seq < fold.cut and seq not in removed)
