@@ -78,6 +78,9 @@ class _SessionMemory(Protocol):
     @property
     def buffer(self) -> list[Message]: ...
 
+    @buffer.setter
+    def buffer(self, messages: Iterable[Message]) -> None: ...
+
     @property
     def token_counter(self) -> Optional[Callable[[str], int]]: ...
 
@@ -382,7 +385,7 @@ class _SessionsBase(Generic[M]):
                 if not plan.redoable:
                     raise _refused(session_id) from exc
                 if plan.fallback is not None:
-                    landed = yield from self._land(session_id, plan, loaded, changes)
+                    landed = yield from self._land(session_id, memory, plan, loaded, changes)
                     if landed is not None:
                         self._count_landed()
                         return landed
@@ -401,7 +404,7 @@ class _SessionsBase(Generic[M]):
             changes = yield _Redo(memory, tuple(changes))
 
     def _land(
-        self, session_id: str, plan: Plan, loaded: Loaded, changes: Sequence[Change]
+        self, session_id: str, memory: M, plan: Plan, loaded: Loaded, changes: Sequence[Change]
     ) -> _Flow[Optional[Sequence[Change]]]:
         """The fold of an add-only turn lost: write the same fold on the latest head when its
         cut is still valid there (the summarizer's work kept), else the turn's messages as a
@@ -412,16 +415,27 @@ class _SessionsBase(Generic[M]):
         if latest is None:
             return None
         rebased = rebase_fold(plan, loaded, latest.head, [entry.seq for entry in latest.entries])
-        appended = [change for change in changes if isinstance(change, Appended)]
-        for write, committed in ((rebased, changes), (plan.fallback, appended)):
-            if write is None:
-                continue
+        if rebased is not None:
             try:
-                yield _Write(session_id, write)
+                yield _Write(session_id, rebased)
             except ConflictError:
-                continue
-            return committed
-        return None
+                pass
+            else:
+                return changes
+        fallback = plan.fallback
+        assert fallback is not None
+        try:
+            head: Head = yield _Write(session_id, fallback)
+        except ConflictError:
+            return None
+        # The memory shows what was saved: the latest state, this turn's messages at the end.
+        appended = [change for change in changes if isinstance(change, Appended)]
+        loaded = _restore(memory, latest, session_id)
+        memory.buffer = [*memory.buffer, *(m for change in appended for m in change.messages)]
+        if head == new_head(latest.head, fallback, head.incarnation):
+            first = head.tail - len(fallback.entries)
+            self._live.put(session_id, head, [*loaded.seqs, *range(first, head.tail)], memory)
+        return appended
 
 
 def _backoff(retries: int) -> float:

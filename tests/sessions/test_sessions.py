@@ -341,6 +341,7 @@ def test_on_evict_sees_each_committed_eviction_once(backend: Backend) -> None:
         assert evicted == [["a"]]
     assert first.retries == 1
     assert evicted == [["a"]]  # c landed as a plain append; the lost fold of a is never seen
+    assert (memory.summary, contents(memory)) == ("a", ["b", "d", "c"])  # what was saved
     stored = first.get("s")
     assert stored is not None
     assert (stored.summary, contents(stored)) == ("a", ["b", "d", "c"])
