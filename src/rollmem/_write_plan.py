@@ -40,12 +40,10 @@ from .changes import (
     SummaryAssigned,
     Unpinned,
 )
-from .memory import STATE_VERSION
 from .message import Message
-from .stores._protocol import Head, LogEntry, LogWrite
+from .stores import Head, LogEntry, LogWrite
 
 __all__ = [
-    "STATE_VERSION",
     "Loaded",
     "Plan",
     "PlannedMemory",

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
 from . import _validate as v
-from ._write_plan import STATE_VERSION, Loaded, Plan, plan_write, read_summary, rebase_fold
+from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
 from .changes import (
     Appended,
     Change,
@@ -52,6 +52,7 @@ from .changes import (
 )
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
+from .memory import STATE_VERSION
 from .message import Message, _messages_from_json
 from .stores._common import new_head, shown
 from .stores._protocol import (
