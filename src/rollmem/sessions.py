@@ -52,8 +52,7 @@ from .changes import (
 )
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
-from .memory import STATE_VERSION
-from .message import Message, _messages_from_json
+from .message import STATE_VERSION, Message, _messages_from_json
 from .stores._common import new_head, shown
 from .stores._protocol import (
     AsyncLogStore,
