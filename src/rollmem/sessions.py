@@ -14,14 +14,20 @@ The block's changes are taken from the memory's public change record
   the head's revision (and on the tail, when the fold reached messages the block added);
 - a *rewrite* for rare changes (clear, pin/unpin, assignments, a changed token counter).
 
-When a write loses, the latest state is loaded into the same memory object and the block's
-changes are redone on it with ``memory.replay``: adds are added again, explicit ``fold()`` calls
-and clears and pins are redone, automatic folds happen again by themselves. An assignment of
+The pure planner of these writes is :mod:`rollmem._write_plan`. When the fold of a turn that
+only added messages loses, the same fold is written on the latest head if its cut is still valid
+there, else the turn's messages land as a plain append and the fold is left to a later turn: a
+turn that adds messages is never refused because other writers folded first. When another write
+loses, the latest state is loaded into the same memory object and the block's changes are redone
+on it with ``memory.replay`` (after a jittered exponential backoff): adds are added again,
+explicit ``fold()`` calls and clears and pins are redone, automatic folds happen again by
+themselves. An assignment of
 ``summary`` or ``buffer``, a ``restore()`` (or an in-place edit of ``buffer``) cannot be
 redone without losing what the other writer did: then ``ConflictError`` is raised and nothing
 is written; :meth:`Sessions.update` re-runs a function on the latest state instead. The
 memory's ``on_evict`` hook is held back during a block and called, once per eviction, only
-after the write that commits it.
+after the write that commits it (never for a fold that is not committed; a task cancelled while
+its write is in flight first learns whether it committed).
 
 Both twins run one *flow* per operation: a generator that yields store requests and redos, and
 receives their results. :class:`Sessions` performs them with plain calls,
