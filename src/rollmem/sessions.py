@@ -430,13 +430,14 @@ class _SessionsBase(Generic[M]):
                 return changes
         fallback = plan.fallback
         assert fallback is not None
+        # The memory will show what was saved: the latest state (read first, so that state
+        # that cannot be read stops the turn before it writes), this turn's messages at the end.
+        loaded = _restore(memory, latest, session_id)
         try:
             head: Head = yield _Write(session_id, fallback)
         except ConflictError:
-            return None
-        # The memory shows what was saved: the latest state, this turn's messages at the end.
+            return None  # the caller reloads and redoes
         appended = [change for change in changes if isinstance(change, Appended)]
-        loaded = _restore(memory, latest, session_id)
         memory.buffer = [*memory.buffer, *(m for change in appended for m in change.messages)]
         if head == new_head(latest.head, fallback, head.incarnation):
             first = head.tail - len(fallback.entries)
