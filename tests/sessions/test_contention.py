@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from rollmem.errors import ConflictError
-from rollmem.memory import AsyncRollingMemory, BufferMemory
+from rollmem.memory import AsyncRollingMemory, BufferMemory, SummaryMemory
 from rollmem.message import Message
 from rollmem.sessions import AsyncSessions, Sessions
 
@@ -148,3 +148,25 @@ def test_writers_on_one_session_are_never_refused_and_keep_every_message_once(
         assert mine == [f"w{index}-{turn}" for turn in range(TURNS)]
     hooked = Counter(name for outcome in outcomes for name in outcome.evicted)
     assert hooked == Counter(folded)  # on_evict: each committed eviction once, no other
+
+
+def test_a_fold_that_lost_only_to_appends_is_rebased_and_its_summary_kept(backend: Backend) -> None:
+    calls: list[list[str]] = []
+
+    def summarize(summary: str, messages: Sequence[Message]) -> str:
+        calls.append([m.content for m in messages])
+        return _support.fold_ids(summary, messages)
+
+    folding = Sessions(backend.store(), lambda: SummaryMemory(summarize))  # folds all at each add
+    appending = Sessions(backend.store(), BufferMemory)
+    with appending.open("s") as memory:
+        memory.add_user_message("a")
+    with folding.open("s") as memory:
+        memory.add_user_message("b")  # folds a and b: compare-and-set on revision and tail
+        with appending.open("s") as other:
+            other.add_user_message("c")  # the tail moves
+    assert calls == [["a", "b"]]  # the fold was written on the latest head, not redone
+    assert folding.retries == 1
+    stored = folding.get("s")
+    assert stored is not None
+    assert (stored.summary, [m.content for m in stored.buffer]) == ("a b", ["c"])
