@@ -57,6 +57,7 @@ from .errors import InvalidStateError
 from .message import (
     ASSISTANT,
     NO_METADATA,
+    STATE_VERSION,
     SYSTEM,
     TOOL,
     USER,
@@ -83,7 +84,6 @@ __all__ = [
     "words",
 ]
 
-STATE_VERSION = 2
 _READABLE_VERSIONS = (1, 2)
 
 _M = TypeVar("_M", bound="_Memory")

@@ -17,6 +17,10 @@ ASSISTANT = "assistant"
 SYSTEM = "system"
 TOOL = "tool"
 
+STATE_VERSION = 2
+"""The version of the saved-state format a memory's ``to_dict()`` writes (``rollmem.memory``
+and ``rollmem.sessions`` both read it from here)."""
+
 
 class _FrozenDict(dict):  # type: ignore[type-arg]
     """A dict that refuses changes: keeps a frozen message frozen, yet pickles and JSON-encodes."""

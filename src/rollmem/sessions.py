@@ -14,14 +14,20 @@ The block's changes are taken from the memory's public change record
   the head's revision (and on the tail, when the fold reached messages the block added);
 - a *rewrite* for rare changes (clear, pin/unpin, assignments, a changed token counter).
 
-When a write loses, the latest state is loaded into the same memory object and the block's
-changes are redone on it with ``memory.replay``: adds are added again, explicit ``fold()`` calls
-and clears and pins are redone, automatic folds happen again by themselves. An assignment of
+The pure planner of these writes is :mod:`rollmem._write_plan`. When the fold of a turn that
+only added messages loses, the same fold is written on the latest head if its cut is still valid
+there, else the turn's messages land as a plain append and the fold is left to a later turn: a
+turn that adds messages is never refused because other writers folded first. When another write
+loses, the latest state is loaded into the same memory object and the block's changes are redone
+on it with ``memory.replay`` (after a jittered exponential backoff): adds are added again,
+explicit ``fold()`` calls and clears and pins are redone, automatic folds happen again by
+themselves. An assignment of
 ``summary`` or ``buffer``, a ``restore()`` (or an in-place edit of ``buffer``) cannot be
 redone without losing what the other writer did: then ``ConflictError`` is raised and nothing
 is written; :meth:`Sessions.update` re-runs a function on the latest state instead. The
 memory's ``on_evict`` hook is held back during a block and called, once per eviction, only
-after the write that commits it.
+after the write that commits it (never for a fold that is not committed; a task cancelled while
+its write is in flight first learns whether it committed).
 
 Both twins run one *flow* per operation: a generator that yields store requests and redos, and
 receives their results. :class:`Sessions` performs them with plain calls,
@@ -33,9 +39,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
-import operator
+import random
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -43,21 +49,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
 from . import _validate as v
+from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
 from .changes import (
     Appended,
-    BufferAssigned,
     Change,
-    Cleared,
     Dropped,
     Folded,
-    Pinned,
-    Restored,
-    SummaryAssigned,
-    Unpinned,
 )
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
-from .message import Message, _messages_from_json
+from .message import STATE_VERSION, Message, _messages_from_json
 from .stores._common import new_head, shown
 from .stores._protocol import (
     AsyncLogStore,
@@ -83,6 +84,9 @@ class _SessionMemory(Protocol):
     @property
     def buffer(self) -> list[Message]: ...
 
+    @buffer.setter
+    def buffer(self, messages: Iterable[Message]) -> None: ...
+
     @property
     def token_counter(self) -> Optional[Callable[[str], int]]: ...
 
@@ -106,9 +110,6 @@ class _SessionMemory(Protocol):
 M = TypeVar("M", bound=_SessionMemory)
 _T = TypeVar("_T")
 
-_RARE = (Cleared, Pinned, Unpinned, SummaryAssigned, BufferAssigned, Restored)
-_ASSIGNMENTS = (SummaryAssigned, BufferAssigned, Restored)  # what a redo would have to overwrite
-
 
 # -- requests a flow yields to its driver ---------------------------------------------------------
 
@@ -126,12 +127,17 @@ class _Write:
 
 
 @dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
 class _Redo:
     memory: Any
     changes: tuple[Change, ...]
 
 
-_Request = Union[_Load, _Write, _Redo]
+_Request = Union[_Load, _Write, _Sleep, _Redo]
 _Flow = Generator[_Request, Any, _T]
 
 
@@ -144,15 +150,6 @@ def _advance(flow: _Flow[Any], value: Any, error: Optional[Exception]) -> tuple[
 
 
 # -- what a block loaded ----------------------------------------------------------------------------
-
-
-@dataclass
-class _Loaded:
-    """The stored head a block started from and the sequence number of each buffer message."""
-
-    head: Optional[Head]
-    seqs: list[int]
-    messages: tuple[Message, ...]  # the buffer as loaded, the same objects
 
 
 def _named(session_id: str, error: InvalidStateError) -> InvalidStateError:
@@ -180,146 +177,25 @@ def _trusted_costs(memory: _SessionMemory, head: Head, entries: Sequence[LogEntr
     return costs if not costs or min(costs) >= 0 else None  # -1: unknown (a migrated session)
 
 
-def _restore(memory: _SessionMemory, stored: Optional[StoredLog], session_id: str) -> _Loaded:
+def _restore(memory: _SessionMemory, stored: Optional[StoredLog], session_id: str) -> Loaded:
     """Put the stored state (empty when ``None``) into ``memory``, which is not recording (a load
     is not something the block did); nothing changes on error."""
     if stored is None:
         memory.restore(_EMPTY)
-        return _Loaded(None, [], ())
-    data = {"version": 2, "summary": stored.head.summary, "buffer": _messages(session_id, stored.entries, 0)}
+        return Loaded(None, [], ())
+    data = {
+        "version": STATE_VERSION,
+        "summary": read_summary(stored.head.summary),
+        "buffer": _messages(session_id, stored.entries, 0),
+    }
     try:
         memory.restore(data, costs=_trusted_costs(memory, stored.head, stored.entries))
     except InvalidStateError as exc:
         raise _named(session_id, exc) from exc
-    return _Loaded(stored.head, [entry.seq for entry in stored.entries], tuple(memory.buffer))
+    return Loaded(stored.head, [entry.seq for entry in stored.entries], tuple(memory.buffer))
 
 
-_EMPTY: Mapping[str, Any] = {"version": 2, "summary": "", "buffer": []}
-
-
-def _entry(session_id: str, message: Message, cost: int) -> LogEntry:
-    try:
-        text = json.dumps(message.to_dict(), ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"session {session_id!r}: state cannot be saved as JSON: {exc}") from exc
-    return LogEntry(text, cost)
-
-
-# -- planning the write of a block ---------------------------------------------------------------------
-
-
-@dataclass
-class _Plan:
-    change: Optional[LogWrite]  # None: nothing to write
-    seqs_before_new: list[int]  # the loaded sequence numbers still in the buffer
-    new_count: int  # entries the write appends
-    redoable: bool  # whether a lost write may be redone on the latest state
-
-
-def _incremental(
-    session_id: str, memory: _SessionMemory, loaded: _Loaded, changes: Sequence[Change], ttl: Any
-) -> Optional[_Plan]:
-    """The append or fold that stores the block's changes, or ``None`` when only a rewrite can
-    (the buffer was edited in place, or the record does not match it)."""
-    head = loaded.head
-    assert head is not None
-    identity = head.counter
-    buffer = memory.buffer
-    if all(type(change) is Appended for change in changes):  # the common turn: C-speed checks only
-        added = [m for change in changes for m in cast(Appended, change).messages]
-        costs = [c for change in changes for c in cast(Appended, change).costs]
-        loaded_count = len(loaded.messages)
-        if (
-            len(buffer) != loaded_count + len(added)
-            or not all(map(operator.is_, buffer, loaded.messages))
-            or not all(map(operator.is_, buffer[loaded_count:], added))
-            or memory.summary != head.summary
-        ):
-            return None
-        new = tuple(_entry(session_id, m, c) for m, c in zip(added, costs))
-        append = LogWrite(head.incarnation, new, counter=identity, ttl=ttl) if new else None
-        return _Plan(append, loaded.seqs, len(new), True)
-    slots: list[tuple[int, Message, int]] = [(seq, m, -1) for seq, m in zip(loaded.seqs, loaded.messages)]
-    removed: list[int] = []
-    removed_new = folded = False
-    summary: Optional[str] = None
-    for change in changes:
-        if isinstance(change, Appended):
-            slots.extend((-1, m, c) for m, c in zip(change.messages, change.costs))
-        elif isinstance(change, (Folded, Dropped)) and change.positions:  # empty: fold() found nothing
-            folded = True
-            if change.positions and change.positions[-1] >= len(slots):
-                return None
-            for position in change.positions:
-                seq = slots[position][0]
-                if seq < 0:
-                    removed_new = True
-                else:
-                    removed.append(seq)
-            gone = set(change.positions)
-            slots = [slot for index, slot in enumerate(slots) if index not in gone]
-            if isinstance(change, Folded):
-                summary = change.summary
-    if len(slots) != len(buffer) or any(slot[1] is not message for slot, message in zip(slots, buffer)):
-        return None
-    if memory.summary != (head.summary if summary is None else summary):
-        return None
-    alive = [slot[0] for slot in slots if slot[0] >= 0]
-    new = tuple(_entry(session_id, m, c) for seq, m, c in slots if seq < 0)
-    if not folded:
-        append = LogWrite(head.incarnation, new, counter=identity, ttl=ttl) if new else None
-        return _Plan(append, alive, len(new), True)
-    cut = max(removed) + 1 if removed else 0
-    fold = LogWrite(
-        head.incarnation,
-        new,
-        expected_revision=head.revision,
-        expected_tail=head.tail if removed_new else None,
-        summary=summary,
-        cut=cut,
-        keep=tuple(seq for seq in alive if seq < cut),
-        counter=identity,
-        ttl=ttl,
-    )
-    return _Plan(fold, alive, len(new), True)
-
-
-def _plan(
-    session_id: str, memory: _SessionMemory, loaded: _Loaded, changes: Sequence[Change], ttl: Any
-) -> _Plan:
-    """Turn a block's changes into the smallest write that stores what the memory now holds."""
-    head = loaded.head
-    buffer = memory.buffer
-    if (
-        head is not None
-        and memory.summary == head.summary
-        and len(buffer) == len(loaded.messages)
-        and all(map(operator.is_, buffer, loaded.messages))
-    ):
-        return _Plan(None, loaded.seqs, 0, True)  # what the block did left nothing changed
-    identity = counter_identity(memory.token_counter)
-    assigned = any(isinstance(change, _ASSIGNMENTS) for change in changes)
-    if head is not None and head.counter == identity and not any(isinstance(c, _RARE) for c in changes):
-        plan = _incremental(session_id, memory, loaded, changes, ttl)
-        if plan is not None:
-            return plan
-        assigned = True  # edited in place: store what it holds, never redo it
-    messages, costs = memory.buffer, memory.costs()
-    entries = tuple(_entry(session_id, m, c) for m, c in zip(messages, costs))
-    if head is None:
-        write = LogWrite("", entries, summary=memory.summary, counter=identity, create=True, ttl=ttl)
-    else:
-        write = LogWrite(
-            head.incarnation,
-            entries,
-            expected_revision=head.revision,
-            expected_tail=head.tail,
-            summary=memory.summary,
-            replace=True,
-            counter=identity,
-            ttl=ttl,
-        )
-    return _Plan(write, [], len(entries), not assigned)
+_EMPTY: Mapping[str, Any] = {"version": STATE_VERSION, "summary": "", "buffer": []}
 
 
 # -- the live memories this process saved ----------------------------------------------------------
@@ -440,8 +316,14 @@ class _SessionsBase(Generic[M]):
 
     @property
     def retries(self) -> int:
-        """How many writes of this object lost a compare-and-set and were redone, in total."""
+        """How many writes of this object lost a compare-and-set and were written again, in
+        total (redone on the latest state or, for a turn that only added messages, landed as a
+        plain append)."""
         return self._retries
+
+    def _count_landed(self) -> None:
+        with self._retries_lock:
+            self._retries += 1
 
     def _count_retry(self, session_id: str, retries: int, cause: Optional[BaseException]) -> int:
         """One more redo after a lost write (counted in :attr:`retries`), or ``ConflictError``
@@ -464,7 +346,7 @@ class _SessionsBase(Generic[M]):
             raise TypeError(f"{type(memory).__name__} is an async memory: use AsyncSessions")
         return memory
 
-    def _checkout(self, session_id: str) -> _Flow[tuple[M, _Loaded]]:
+    def _checkout(self, session_id: str) -> _Flow[tuple[M, Loaded]]:
         live = self._live.take(session_id)
         stored: Optional[StoredLog] = yield _Load(session_id, None if live is None else live.head)
         if live is not None and stored is not None and stored.delta:
@@ -474,9 +356,9 @@ class _SessionsBase(Generic[M]):
                 added = _messages(session_id, stored.entries, first)
                 memory.buffer = [*memory.buffer, *added]
             seqs = [*live.seqs, *(entry.seq for entry in stored.entries)]
-            return memory, _Loaded(stored.head, seqs, tuple(memory.buffer))
+            return memory, Loaded(stored.head, seqs, tuple(memory.buffer))
         if live is not None and stored is not None and stored.head == live.head:
-            return live.memory, _Loaded(live.head, live.seqs, tuple(live.memory.buffer))  # nothing moved
+            return live.memory, Loaded(live.head, live.seqs, tuple(live.memory.buffer))  # nothing moved
         memory = self._new_memory()
         return memory, _restore(memory, stored, session_id)
 
@@ -489,13 +371,14 @@ class _SessionsBase(Generic[M]):
         return memory
 
     def _commit(
-        self, session_id: str, memory: M, loaded: _Loaded, changes: Sequence[Change], redo: bool
+        self, session_id: str, memory: M, loaded: Loaded, changes: Sequence[Change], redo: bool
     ) -> _Flow[Sequence[Change]]:
-        """Write what the block changed; on a conflict reload, redo, try again. Returns the
-        changes that were committed (those of the last attempt)."""
+        """Write what the block changed; on a conflict land an add-only turn's messages (see
+        :meth:`_land`), or reload, redo and try again. Returns the changes that were committed."""
         retries = 0
         while True:
-            plan = _plan(session_id, memory, loaded, changes, self._ttl)
+            identity = counter_identity(memory.token_counter)
+            plan = plan_write(session_id, memory, loaded, changes, identity, self._ttl)
             if plan.change is None:
                 if loaded.head is not None:
                     self._live.put(session_id, loaded.head, plan.seqs_before_new, memory)
@@ -507,7 +390,13 @@ class _SessionsBase(Generic[M]):
                     raise _Lost() from exc
                 if not plan.redoable:
                     raise _refused(session_id) from exc
+                if plan.fallback is not None:
+                    landed = yield from self._land(session_id, memory, plan, loaded, changes)
+                    if landed is not None:
+                        self._count_landed()
+                        return landed
                 retries = self._count_retry(session_id, retries, exc)
+                yield _Sleep(_backoff(retries))
             else:
                 # Kept live only when the store holds exactly this write on the loaded head: not
                 # when others wrote in between (a driver's resent write returns the latest head).
@@ -519,6 +408,52 @@ class _SessionsBase(Generic[M]):
             latest: Optional[StoredLog] = yield _Load(session_id, None)
             loaded = _restore(memory, latest, session_id)
             changes = yield _Redo(memory, tuple(changes))
+
+    def _land(
+        self, session_id: str, memory: M, plan: Plan, loaded: Loaded, changes: Sequence[Change]
+    ) -> _Flow[Optional[Sequence[Change]]]:
+        """The fold of an add-only turn lost: write the same fold on the latest head when its
+        cut is still valid there (the summarizer's work kept), else the turn's messages as a
+        plain append, which never conflicts with other writers (the fold is left to a later
+        turn, planned on the latest head). Returns the committed changes, ``None`` when both
+        lost (the session was deleted, or rewritten by another counter)."""
+        latest: Optional[StoredLog] = yield _Load(session_id, None)
+        if latest is None:
+            return None
+        rebased = rebase_fold(plan, loaded, latest.head, [entry.seq for entry in latest.entries])
+        if rebased is not None:
+            try:
+                yield _Write(session_id, rebased)
+            except ConflictError:
+                pass
+            else:
+                return changes
+        fallback = plan.fallback
+        assert fallback is not None
+        # The memory will show what was saved: the latest state (read first, so that state
+        # that cannot be read stops the turn before it writes), this turn's messages at the end.
+        loaded = _restore(memory, latest, session_id)
+        try:
+            head: Head = yield _Write(session_id, fallback)
+        except ConflictError:
+            return None  # the caller reloads and redoes
+        appended = [change for change in changes if isinstance(change, Appended)]
+        memory.buffer = [*memory.buffer, *(m for change in appended for m in change.messages)]
+        if head == new_head(latest.head, fallback, head.incarnation):
+            first = head.tail - len(fallback.entries)
+            self._live.put(session_id, head, [*loaded.seqs, *range(first, head.tail)], memory)
+        return appended
+
+
+def _backoff(retries: int) -> float:
+    """Seconds to wait before redo number ``retries``: jittered exponential backoff ("full
+    jitter": uniform below a ceiling that doubles per retry), so writers that keep losing to
+    each other spread out."""
+    return random.uniform(0.0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2.0 ** (retries - 1)))
+
+
+_BACKOFF_BASE = 0.002
+_BACKOFF_CAP = 0.25
 
 
 class Sessions(_SessionsBase[M]):
@@ -591,19 +526,18 @@ class Sessions(_SessionsBase[M]):
                 return result
             except _Lost as lost:
                 retries = self._count_retry(session_id, retries, lost.__cause__)
+                time.sleep(_backoff(retries))
 
     @contextmanager
     def _block(self, session_id: str, redo: bool) -> Iterator[M]:
         _check_session_id(session_id)
         memory, loaded = self._run(self._checkout(session_id))
         hook = memory.on_evict
-        memory.on_evict = None
-        try:
-            with memory.record() as changes:
-                yield memory
-            committed = self._run(self._commit(session_id, memory, loaded, changes, redo))
-        finally:
-            memory.on_evict = hook
+        memory.on_evict = None  # left off a memory whose block fails: it is dropped
+        with memory.record() as changes:
+            yield memory
+        committed = self._run(self._commit(session_id, memory, loaded, changes, redo))
+        memory.on_evict = hook
         if hook is not None:
             for messages in _evicted(committed):
                 hook(list(messages))  # a fresh list, as the memory gives its hook
@@ -641,6 +575,8 @@ class Sessions(_SessionsBase[M]):
             return self._log.load(request.session_id, request.since)
         if isinstance(request, _Write):
             return self._log.write(request.session_id, request.change)
+        if isinstance(request, _Sleep):
+            return time.sleep(request.seconds)
         memory = request.memory
         with memory.record() as changes:
             memory.replay(request.changes)
@@ -736,25 +672,32 @@ class AsyncSessions(_SessionsBase[M]):
                 return cast(_T, result)
             except _Lost as lost:
                 retries = self._count_retry(session_id, retries, lost.__cause__)
+                await asyncio.sleep(_backoff(retries))
 
     @asynccontextmanager
     async def _block(self, session_id: str, redo: bool) -> AsyncIterator[M]:
         _check_session_id(session_id)
         memory, loaded = await self._run(self._checkout(session_id))
         hook = memory.on_evict
+        # Left off a memory whose block fails (it is dropped): a background fold still running
+        # in it calls no hook for an eviction that is never saved.
         memory.on_evict = None
+        with memory.record() as changes:
+            yield memory
+            await _settle(memory)
+        cancelled: Optional[BaseException] = None
         try:
-            with memory.record() as changes:
-                yield memory
-                await _settle(memory)
             committed = await self._run(self._commit(session_id, memory, loaded, changes, redo))
-        finally:
-            memory.on_evict = hook
+        except _CommittedThenCancelled as late:
+            committed, cancelled = late.committed, late.cancel
+        memory.on_evict = hook
         if hook is not None:
             for messages in _evicted(committed):
                 outcome = hook(list(messages))
                 if inspect.isawaitable(outcome):
                     await outcome
+        if cancelled is not None:
+            raise cancelled
 
     async def get(self, session_id: str) -> Optional[M]:
         """A snapshot of the stored session (``None`` if there is none); changes to it are not saved."""
@@ -778,6 +721,12 @@ class AsyncSessions(_SessionsBase[M]):
         while not done:
             try:
                 value, error = await self._perform(item), None
+            except _WrittenThenCancelled as late:  # the write landed: finish the flow, then cancel
+                done, item = _advance(flow, late.head, None)
+                if not done:
+                    flow.close()
+                    raise late.cancel from None
+                raise _CommittedThenCancelled(item, late.cancel) from None
             except Exception as exc:
                 value, error = None, exc
             done, item = _advance(flow, value, error)
@@ -787,7 +736,9 @@ class AsyncSessions(_SessionsBase[M]):
         if isinstance(request, _Load):
             return await self._log.aload(request.session_id, request.since)
         if isinstance(request, _Write):
-            return await self._log.awrite(request.session_id, request.change)
+            return await _shielded_write(self._log, request)
+        if isinstance(request, _Sleep):
+            return await asyncio.sleep(request.seconds)
         memory = request.memory
         with memory.record() as changes:
             replayed = memory.replay(request.changes)
@@ -795,6 +746,40 @@ class AsyncSessions(_SessionsBase[M]):
                 await replayed
             await _settle(memory)
         return changes
+
+
+class _WrittenThenCancelled(BaseException):
+    """The task was cancelled while its write was in flight, and the write committed."""
+
+    def __init__(self, head: Head, cancel: BaseException) -> None:
+        super().__init__(head)
+        self.head = head
+        self.cancel = cancel
+
+
+class _CommittedThenCancelled(BaseException):
+    """A block's flow committed these changes, then the task was cancelled: hooks, then cancel."""
+
+    def __init__(self, committed: Sequence[Change], cancel: BaseException) -> None:
+        super().__init__(committed)
+        self.committed = committed
+        self.cancel = cancel
+
+
+async def _shielded_write(log: AsyncLogStore, request: _Write) -> Head:
+    """``awrite`` shielded from cancellation: a cancelled task first learns how its write ended
+    (a thread-backed store's write goes on anyway, a server may have applied it), so a committed
+    eviction still reaches ``on_evict`` (:class:`_WrittenThenCancelled`) and an uncommitted one
+    never does."""
+    write = asyncio.ensure_future(log.awrite(request.session_id, request.change))
+    try:
+        return await asyncio.shield(write)
+    except asyncio.CancelledError as cancel:
+        try:
+            head = await write
+        except Exception:
+            raise cancel from None
+        raise _WrittenThenCancelled(head, cancel) from None
 
 
 async def _settle(memory: Any) -> None:

@@ -5,7 +5,9 @@ Run as a script, this module is one writer of the multi-process test::
     python _support.py BACKEND LOCATION NAMESPACE SESSION_ID WORKER COUNT GO_FILE
 
 It prints ``ready``, waits until GO_FILE exists, adds COUNT messages ``p{WORKER}-{i}`` to the
-session, one ``open`` block each, then prints ``{"retries": n}``.
+session, one ``open`` block each, then prints ``{"retries": n}``. With ``contend`` first
+(``python _support.py contend BACKEND LOCATION NAMESPACE WORKER TURNS BUDGET GO_FILE``) it is one
+writer of the contention test instead (:func:`contend`) and prints its :class:`Outcome` as JSON.
 """
 
 from __future__ import annotations
@@ -14,15 +16,31 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from rollmem.errors import ConflictError
 from rollmem.memory import RollingMemory
 from rollmem.message import Message
 from rollmem.sessions import Sessions
 from rollmem.stores import Head, LogEntry, LogWrite, StoredLog, WholeStateLog
 
-__all__ = ["as_log", "fold_ids", "head_of", "make_store", "put_messages", "stored_log", "worker"]
+__all__ = [
+    "CONTENDED",
+    "Outcome",
+    "as_log",
+    "contend",
+    "contending_sessions",
+    "fold_ids",
+    "head_of",
+    "join_first_words",
+    "make_store",
+    "put_messages",
+    "stored_log",
+    "turn_text",
+    "worker",
+]
 
 
 def fold_ids(summary: str, messages: Sequence[Message]) -> str:
@@ -89,6 +107,66 @@ def worker(
     print(json.dumps({"retries": sessions.retries}), flush=True)
 
 
+# -- the contention test: many writers, one session, turns that fold ------------------------------
+
+CONTENDED = "shared"
+
+
+def join_first_words(summary: str, messages: Sequence[Message]) -> str:
+    """A summarizer that keeps the first word of each folded message: the summary records
+    exactly which messages a committed fold took, in order."""
+    return " ".join([summary, *(m.content.split()[0] for m in messages)]).strip()
+
+
+def turn_text(index: int, turn: int) -> str:
+    """The one 4-word message writer ``index`` adds in ``turn``; its first word names it."""
+    return f"w{index}-{turn} one two three"
+
+
+@dataclass
+class Outcome:
+    """What one writer saw: turns refused (with their errors) and the evictions its hook got."""
+
+    refused: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+
+
+def contending_sessions(store: Any, budget: int, outcome: Outcome) -> Sessions[RollingMemory]:
+    """The factory of the issue: ``RollingMemory(max_tokens=budget, summarize_fn=join_first_words)``,
+    with a hook that records each eviction it is given."""
+
+    def record(messages: Sequence[Message]) -> None:
+        outcome.evicted.extend(m.content.split()[0] for m in messages)
+
+    return Sessions(store, lambda: RollingMemory(budget, join_first_words, on_evict=record))
+
+
+def contend(sessions: Sessions[RollingMemory], index: int, turns: int, outcome: Outcome) -> None:
+    """``turns`` turns of writer ``index``, each: open, add one message, close."""
+    for turn in range(turns):
+        try:
+            with sessions.open(CONTENDED) as memory:
+                memory.add_user_message(turn_text(index, turn))
+        except ConflictError as exc:
+            outcome.refused.append(str(exc))
+
+
+def _contend_main(args: Sequence[str]) -> None:
+    backend, location, namespace, index, turns, budget, go = args
+    store = make_store(backend, location, namespace)
+    outcome = Outcome()
+    sessions = contending_sessions(store, int(budget), outcome)
+    print("ready", flush=True)
+    while not Path(go).exists():
+        time.sleep(0.005)
+    contend(sessions, int(index), int(turns), outcome)
+    store.close()
+    print(json.dumps(asdict(outcome)), flush=True)
+
+
 if __name__ == "__main__":
-    _, backend, location, namespace, session_id, index, count, go = sys.argv
-    worker(backend, location, namespace, session_id, int(index), int(count), Path(go))
+    if sys.argv[1] == "contend":
+        _contend_main(sys.argv[2:])
+    else:
+        _, backend, location, namespace, session_id, index, count, go = sys.argv
+        worker(backend, location, namespace, session_id, int(index), int(count), Path(go))

@@ -106,10 +106,15 @@ def test_background_folds_of_a_replay_are_saved(backend: Backend) -> None:
             await memory.add_user_message("c")
             async with second.open("s") as other:
                 await other.add_user_message("d")  # saves summary "a", buffer [b, d]
-        # replayed: add c to [b, d], fold b in the background, wait for it, save
+        # the fold of a lost: c lands as a plain append, the fold is left to the next turn
         stored = await second.get("s")
         assert stored is not None
-        assert (stored.summary, contents(stored)) == ("a b", ["d", "c"])
+        assert (stored.summary, contents(stored)) == ("a", ["b", "d", "c"])
+        async with first.open("s") as memory:
+            await memory.add_user_message("e")  # folds in the background, awaited, saved
+        stored = await second.get("s")
+        assert stored is not None
+        assert (stored.summary, contents(stored)) == ("a b d", ["c", "e"])
 
     backend.run(main)
 
@@ -340,6 +345,9 @@ def test_an_async_on_evict_is_awaited_once_per_committed_eviction(backend: Backe
             async with second.open("s") as other:
                 await other.add_user_message("d")
             assert evicted == [["a"]]
-        assert evicted == [["a"], ["b"]]
+        assert evicted == [["a"]]  # the lost fold of a: c landed as an append
+        async with first.open("s") as memory:
+            await memory.add_user_message("e")
+        assert evicted == [["a"], ["b", "d"]]
 
     backend.run(main)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rollmem.memory import BufferMemory
+from rollmem.memory import BufferMemory, RollingMemory
 from rollmem.sessions import Sessions
 
 from . import _support
@@ -50,15 +50,19 @@ def test_processes_appending_to_one_session_lose_and_duplicate_nothing(
     for worker, (_out, err) in zip(workers, outputs):
         assert worker.returncode == 0, err
     retries = sum(json.loads(out)["retries"] for out, _ in outputs)
-    assert retries > 0  # the writers did overlap: lost compare-and-sets were replayed
+    assert retries > 0  # the writers did overlap: lost compare-and-sets were written again
 
+    # A fold that lost landed its turn's messages as an append: one more turn folds what is left.
+    last = Sessions(backend.store(), lambda: RollingMemory(_support.WORKER_MAX_TOKENS, _support.fold_ids))
+    with last.open("shared") as memory:
+        memory.add_user_message("last")
     stored = Sessions(backend.store(), BufferMemory).get("shared")
     assert stored is not None
     folded = stored.summary.split()
     kept = [message.content for message in stored.buffer]
     expected = {f"p{worker}-{number}" for worker in range(PROCESSES) for number in range(ADDS)}
     seen = Counter(folded + kept)
-    assert set(seen) == expected
+    assert set(seen) == expected | {"last"}
     assert [name for name, times in seen.items() if times > 1] == []
     assert len(kept) <= _support.WORKER_MAX_TOKENS
     for worker in range(PROCESSES):  # each writer's messages keep their order

@@ -340,10 +340,15 @@ def test_on_evict_sees_each_committed_eviction_once(backend: Backend) -> None:
             other.add_user_message("d")  # folds a first: this one commits
         assert evicted == [["a"]]
     assert first.retries == 1
-    assert evicted == [["a"], ["b"]]  # the redo on [b, d] folded b; the lost fold of a is never seen
+    assert evicted == [["a"]]  # c landed as a plain append; the lost fold of a is never seen
+    assert (memory.summary, contents(memory)) == ("a", ["b", "d", "c"])  # what was saved
     stored = first.get("s")
     assert stored is not None
-    assert (stored.summary, contents(stored)) == ("a b", ["d", "c"])
+    assert (stored.summary, contents(stored)) == ("a", ["b", "d", "c"])
+    with first.open("s") as memory:
+        memory.add_user_message("e")  # the fold left to this turn
+    assert evicted == [["a"], ["b", "d"]]
+    assert contents(first.get("s")) == ["c", "e"]
 
 
 class RacingStore(MemoryStore):
