@@ -163,6 +163,48 @@ def _check_optional_callable(name: str, value: object) -> None:
         raise TypeError(f"{name}: expected a callable or None, got {type(value).__name__}")
 
 
+def _block_text(memory: AsyncSummaryMemory) -> str:
+    """What a block shows: the summary, then the pending messages under :data:`PENDING_HEADING`."""
+    summary = memory.summary
+    pending = memory.buffer
+    if not pending:
+        return summary
+    lines = [PENDING_HEADING, *(str(message) for message in pending)]
+    return "\n\n".join(part for part in (summary, "\n".join(lines)) if part)
+
+
+def _converted(messages: list[Any], chat_message: type) -> list[Message]:
+    """LlamaIndex ``ChatMessage`` objects as rollmem messages; anything else raises naming it."""
+    batch = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, chat_message):
+            raise TypeError(f"messages[{index}]: expected ChatMessage, got {type(message).__name__}")
+        batch.append(_convert(message))
+    return batch
+
+
+def _report(block: Any, error: Exception) -> None:
+    """A failed fold to the block's ``on_error``, or a warning on the ``rollmem`` logger."""
+    if block.on_error is not None:
+        block.on_error(error)
+        return
+    logger.warning(
+        "RollingSummaryBlock %r: the summarizer failed (%r); %d messages stay pending and are "
+        "retried with the next flush",
+        block.name,
+        error,
+        len(block.pending),
+    )
+
+
+def _truncated(content: str, tokens_to_truncate: int, counter: Callable[[str], int]) -> Optional[str]:
+    """The newest part of ``content`` that is ``tokens_to_truncate`` shorter, or ``None``."""
+    keep = counter(content) - tokens_to_truncate
+    if keep <= 0:
+        return None
+    return newest_suffix(content, keep, counter) or None
+
+
 def _build_block_class() -> type:
     memory_module = _import("llama_index.core.memory.memory")  # where 0.12 and 0.14 both define it
     pydantic = _import("llama_index.core.bridge.pydantic")
@@ -253,50 +295,22 @@ def _build_block_class() -> type:
             messages stay pending)."""
             await self._memory.fold()
 
-        def _text(self) -> str:
-            summary: str = self._memory.summary
-            pending = self._memory.buffer
-            if not pending:
-                return summary
-            lines = [PENDING_HEADING, *(str(message) for message in pending)]
-            return "\n\n".join(part for part in (summary, "\n".join(lines)) if part)
-
         async def _aget(self, messages: Optional[list[Any]] = None, **block_kwargs: Any) -> str:
-            return self._text()
+            return _block_text(self._memory)
 
         async def _aput(self, messages: list[Any]) -> None:
-            batch = []
-            for index, message in enumerate(messages):
-                if not isinstance(message, chat_message):
-                    raise TypeError(f"messages[{index}]: expected ChatMessage, got {type(message).__name__}")
-                batch.append(_convert(message))
+            batch = _converted(messages, chat_message)
             if not batch:
                 return
             try:
                 await self._memory.extend(batch)
             except Exception as error:  # the batch stays in the buffer: retried with the next flush
-                self._report(error)
-
-        def _report(self, error: Exception) -> None:
-            if self.on_error is not None:
-                self.on_error(error)
-                return
-            logger.warning(
-                "RollingSummaryBlock %r: the summarizer failed (%r); %d messages stay pending and are "
-                "retried with the next flush",
-                self.name,
-                error,
-                len(self._memory.buffer),
-            )
+                _report(self, error)
 
         async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
             """The newest part of ``content`` that is ``tokens_to_truncate`` shorter (measured with
             ``token_counter``), or ``None`` when nothing fits. The summary itself is unchanged."""
-            counter: Callable[[str], int] = self.token_counter or words
-            keep = counter(content) - tokens_to_truncate
-            if keep <= 0:
-                return None
-            return newest_suffix(content, keep, counter) or None
+            return _truncated(content, tokens_to_truncate, self.token_counter or words)
 
     RollingSummaryBlock.__qualname__ = "RollingSummaryBlock"
     RollingSummaryBlock.__module__ = __name__
