@@ -4,6 +4,7 @@
 - :mod:`rollmem.integrations.openai_agents`: ``RollingSession`` for the OpenAI Agents SDK.
 - :mod:`rollmem.integrations.pydantic_ai`: ``rolling_history`` for pydantic-ai agents.
 - :mod:`rollmem.integrations.llama_index`: ``RollingSummaryBlock`` for LlamaIndex memory.
+- :mod:`rollmem.integrations.google_adk`: ``RollingMemoryPlugin`` for Google ADK agents.
 
 Importing this package imports no framework.
 """

@@ -429,8 +429,8 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
             contents, prints, window, staying, flat, owner, cost_of, memory.summary, state
         )
         if not found:  # a request showing part of the history: the fold position stays
-            costs = {**state.costs, **new.costs} if state.counter == new.counter else new.costs
-            new = _State(new.summary, state.start, state.anchor, state.kept, costs, new.counter, new.folded)
+            merged = {**state.costs, **new.costs} if state.counter == new.counter else new.costs
+            new = _State(new.summary, state.start, state.anchor, state.kept, merged, new.counter, new.folded)
         return view, new
 
     def _finish(
