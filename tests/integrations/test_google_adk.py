@@ -155,9 +155,10 @@ def content_keys(content: types.Content) -> list[str]:
     return ["user:" + "\n".join(p.text or "" for p in parts)]
 
 
-def check_request(request: LlmRequest) -> list[types.Content]:
-    """The request opens with a user turn and pairs every call; returns the contents after the
-    continuation turn, if any."""
+def check_request(request: LlmRequest, pending: frozenset[str] = frozenset()) -> list[types.Content]:
+    """The request opens with a user turn and pairs every call (but those of the tools named in
+    ``pending``, which may wait for their response); returns the contents after the continuation
+    turn, if any."""
     contents = list(request.contents)
     first = contents[0]
     assert first.role == "user"
@@ -166,18 +167,18 @@ def check_request(request: LlmRequest) -> list[types.Content]:
         parts = content.parts or []
         calls = [p.function_call.name for p in parts if p.function_call]
         responses = [p.function_response.name for p in parts if p.function_response]
-        if calls and index + 1 < len(contents):  # Gemini: a call turn follows a user or response turn
+        if calls and index + 1 < len(contents) and not pending & set(calls):
             nxt = [p.function_response.name for p in contents[index + 1].parts or [] if p.function_response]
             assert sorted(nxt) == sorted(calls), f"contents[{index}]: calls without their responses"
-        if calls:
+        if calls:  # Gemini: a call turn follows a user or response turn
             assert index > 0
             assert contents[index - 1].role == "user"
         if responses:
             before = [p.function_call.name for p in contents[index - 1].parts or [] if p.function_call]
             assert sorted(before) == sorted(responses), f"contents[{index}]: a response without its call"
-    if first.parts and first.parts[0].text == CONTINUATION_TEXT:
-        return contents[1:]
-    return contents
+    return [
+        c for c in contents if not (c.role == "user" and c.parts and c.parts[0].text == CONTINUATION_TEXT)
+    ]
 
 
 async def run_conversation(chat: Chat, turns: int, restart_every: int) -> list[str]:
@@ -277,10 +278,14 @@ async def test_a_failing_summarizer_changes_nothing_and_the_next_run_folds(tmp_p
     assert len(summarizer.folded) == len({key(m) for m in summarizer.folded})
 
 
-async def test_a_late_response_to_a_long_running_call_is_shown_not_lost(tmp_path: Path) -> None:
-    """ADK leaves a call without a response out of the request; when the response is posted
-    back turns later, ADK shows the call again with the response after it, before the fold
-    position: the plugin shows the pair (and folds it later), it does not count it as folded."""
+@pytest.mark.parametrize("long_running", [True, False], ids=["long-running", "orphaned"])
+async def test_a_late_response_to_a_pending_call_is_shown_not_lost(
+    tmp_path: Path, long_running: bool
+) -> None:
+    """A call ADK marks long-running stays in every request while it waits (the plugin pins it:
+    never folded while pending); one not marked so ADK leaves out. When the response is posted
+    back turns later, ADK shows the call with the response after it, before the fold position:
+    the plugin shows the pair (and folds it later), it does not take it for folded."""
     summarizer = RecordingSummarizer()
     chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(40, summarizer, CountingCounter()))
     await chat.start()
@@ -292,6 +297,7 @@ async def test_a_late_response_to_a_long_running_call_is_shown_not_lost(tmp_path
         Event(
             author="forecaster",
             content=types.Content(role="model", parts=[types.Part(function_call=approval)]),
+            long_running_tool_ids={"adk-approve-1"} if long_running else None,
         ),
     )
     for turn in range(6):
@@ -299,6 +305,9 @@ async def test_a_late_response_to_a_long_running_call_is_shown_not_lost(tmp_path
     assert summarizer.folded
     folded_before = [key(m) for m in summarizer.folded]
     assert 'call:{"trip":"Oslo"}' not in folded_before
+    for request in chat.received:
+        shown = [k for c in check_request(request, frozenset({"approve"})) for k in content_keys(c)]
+        assert ('call:{"trip":"Oslo"}' in shown) is long_running
 
     response = types.FunctionResponse(id="adk-approve-1", name="approve", response={"result": "approved"})
     chat.script.append(text("model", "booked"))

@@ -462,8 +462,30 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
         gone = [prints(index) for p, index in enumerate(window) if not staying[p]]
         folded = [*previous.folded, *gone][-_REMEMBERED:] if gone else previous.folded
         state = _State(summary, start, anchor, kept, costs, self._counter, folded)
-        view = [contents[index] for p, index in enumerate(window) if staying[p]]
         opening = [next(m for m, o in zip(flat, owner) if staying[o])]
-        if user_first(opening) is not opening:
-            view.insert(0, _types.Content(role="user", parts=[_types.Part(text=CONTINUATION_TEXT)]))
-        return view, state
+        shown = [index for p, index in enumerate(window) if staying[p]]
+        return _render(contents, shown, user_first(opening) is not opening), state
+
+
+def _continuation() -> Any:
+    return _types.Content(role="user", parts=[_types.Part(text=CONTINUATION_TEXT)])
+
+
+def _render(contents: Sequence[Any], shown: list[int], opens_with_reply: bool) -> list[Any]:
+    """The contents at ``shown``, a user turn :data:`CONTINUATION_TEXT` first when the first
+    is not the user's, and one where folding left two model turns side by side (a pending call
+    kept ahead of a tool chain): Gemini takes a function call turn only after a user turn."""
+    view = [_continuation()] if opens_with_reply else []
+    previous: Optional[int] = None
+    for index in shown:
+        content = contents[index]
+        if (
+            previous is not None
+            and index != previous + 1
+            and content.role == "model"
+            and contents[previous].role == "model"
+        ):
+            view.append(_continuation())
+        view.append(content)
+        previous = index
+    return view
