@@ -232,6 +232,62 @@ async def test_a_long_conversation_with_restarts_folds_each_message_once(tmp_pat
     assert len(counter.texts) == len(everything) - 1
 
 
+async def run_process(db: str, log: str, first: int, turns: int) -> None:
+    """One process of :func:`test_real_process_restarts`: ``turns`` turns from turn ``first`` on
+    session ``trip``, appending each folded message's key and each counted text to ``log``."""
+
+    def write(kind: str, value: str) -> None:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(json.dumps([kind, value]) + "\n")
+
+    class LoggedCounter(CountingCounter):
+        def __call__(self, text: str) -> int:
+            write("counted", text)
+            return super().__call__(text)
+
+    def summarize(summary: str, evicted: Sequence[Message]) -> str:
+        for message in evicted:
+            write("folded", key(message))
+        return summary + "|" + "|".join(key(m) for m in evicted)
+
+    chat = Chat(Path(db), lambda: RollingMemoryPlugin(60, summarize, LoggedCounter()))
+    if first == 0:
+        await chat.service.create_session(app_name=APP, user_id=USER, session_id="trip")
+    chat.session_id = "trip"
+    for turn in range(first, first + turns):
+        await chat.send(*plan(turn))
+
+
+def test_real_process_restarts(tmp_path: Path) -> None:
+    """Three processes in a row on one SQLite session: what folds and what is counted, once."""
+    db, log = str(tmp_path / "sessions.db"), str(tmp_path / "log.jsonl")
+    root = str(Path(__file__).resolve().parents[2])
+    for first in (0, 6, 12):
+        code = (
+            "import asyncio, sys\n"
+            f"sys.path[:0] = [{root!r}]\n"
+            "from tests.integrations.test_google_adk import run_process\n"
+            f"asyncio.run(run_process({db!r}, {log!r}, {first}, 6))\n"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    entries = [json.loads(line) for line in Path(log).read_text(encoding="utf-8").splitlines()]
+    folded = [value for kind, value in entries if kind == "folded"]
+    counted = [value for kind, value in entries if kind == "counted"]
+    everything: list[str] = []
+    for turn in range(18):
+        question, steps, answer = plan(turn)
+        everything.append(f"user:{question}")
+        for cities in steps:
+            everything.append(
+                "call:" + ",".join(json.dumps({"city": c}, separators=(",", ":")) for c in cities)
+            )
+            everything.extend("tool:" + json.dumps({"result": lookup(c)}) for c in cities)
+        everything.append(f"assistant:{answer}")
+    assert len(folded) > len(everything) // 2
+    assert folded == everything[: len(folded)]
+    assert len(counted) == len(set(counted)) == len(everything) - 1
+
+
 async def test_an_async_summarizer_and_the_words_default(tmp_path: Path) -> None:
     summarizer = AsyncRecordingSummarizer()
     chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(50, summarizer.summarize))
