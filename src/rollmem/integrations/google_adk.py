@@ -30,7 +30,6 @@ from typing import Any, Callable, Optional, Union
 from .. import _validate as v
 from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT, user_first
-from ..adapters._common import carried_metadata, dump_arguments
 from ..counters import counter_identity
 from ..errors import InvalidStateError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
@@ -96,11 +95,15 @@ def _plain_text(part: Any) -> Optional[str]:
     return None
 
 
+def _json(value: Any, compact: bool = False) -> str:
+    """``value`` as JSON text, non-ASCII kept; what JSON cannot carry is written with ``str``."""
+    separators = (",", ":") if compact else None
+    return json.dumps(value, ensure_ascii=False, separators=separators, default=str)
+
+
 def _response_text(response: Any) -> str:
     payload = response.response
-    if payload is None:
-        return ""
-    return json.dumps(payload, ensure_ascii=False, sort_keys=False, default=str)
+    return "" if payload is None else _json(payload)
 
 
 class _Converter:
@@ -129,7 +132,7 @@ class _Converter:
                     self.given[call_id] = repeat + 1
                     call_id = f"{call_id}.{repeat}" if repeat else call_id
                 name = call.name or ""
-                arguments = dump_arguments(call.args or {}, f"{fp}.parts[{n}].function_call.args")
+                arguments = _json(call.args or {}, compact=True)
                 calls.append(ToolCall(call_id, name, arguments))
                 self.open.append((name, call_id))
                 continue
@@ -160,7 +163,7 @@ class _Converter:
             if response is not None:
                 name = response.name or ""
                 call_id = self._answer(name, response.id, f"{fp}.{n}")
-                meta = carried_metadata(name=name or None)
+                meta: dict[str, Any] = {"name": name} if name else {}
                 messages.append(Message(TOOL, _response_text(response), tool_call_id=call_id, metadata=meta))
                 continue
             text = _plain_text(part)
