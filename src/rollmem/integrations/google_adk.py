@@ -338,8 +338,8 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
     The request then holds: the system instruction with ``summary_text(summary)`` appended (when
     the summary is not empty), a user turn :data:`rollmem.adapters.CONTINUATION_TEXT` when the
     first kept content is not the user's (Gemini and Anthropic refuse a conversation opening with
-    a model turn), then the kept contents verbatim, in the request's order. The session's events
-    are untouched.
+    a model turn) and where folding left two model turns side by side, then the kept contents
+    verbatim, in the request's order. The session's events are untouched.
 
     State: ``callback_context.state[STATE_PREFIX + agent_name]`` holds the summary, the fold
     position (fingerprints of contents, so contents ADK moves, such as a late tool response
@@ -348,11 +348,17 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
     plugin and process on the same session continue without summarizing anything again.
     Costs are reused only with the same counter: one that declares a
     :func:`rollmem.counters.counter_identity` (the default counter does), or the same counter
-    object in this process; otherwise the unfolded messages are counted once more.
+    object in this process; otherwise the unfolded messages are counted once more. When a
+    request shows the history reshaped (ADK's view for a late tool response, a rewind, an
+    edited session), contents are matched against the fingerprints of the newest 256 folded
+    ones: a content identical to one of those is taken as folded.
 
     Failures: if ``summarize_fn`` raises, ADK's plugin manager raises a ``RuntimeError`` from it
-    out of ``run_async``; the state is unchanged and the next run folds again. Arguments are
-    checked as :class:`~rollmem.AsyncRollingMemory` checks them.
+    out of ``run_async``; the state is unchanged and the next run folds again. The state rides
+    on the model response event: if the model call itself fails, that fold is not saved and the
+    next run summarizes those messages again. A sync ``summarize_fn`` runs on the event loop;
+    give a coroutine function for a network call. Arguments are checked as
+    :class:`~rollmem.AsyncRollingMemory` checks them.
     """
 
     def __init__(
