@@ -1,8 +1,8 @@
 """Google ADK agents: a rolling memory as a plugin, :class:`RollingMemoryPlugin`.
 
-Needs the ``google-adk`` extra (``pip install "rollmem[google-adk]"``, Python 3.10+). Importing
-this module imports ``google.adk`` and ``google.genai``, and raises
-:class:`~rollmem.errors.MissingExtraError` (an ``ImportError``) when they are missing.
+Needs the ``google-adk`` extra (``pip install "rollmem[google-adk]"``, Python 3.10+; checked with
+google-adk 2.0.0 and 2.13.0). Importing this module imports ``google.adk`` and ``google.genai``,
+and raises :class:`~rollmem.errors.MissingExtraError` (an ``ImportError``) when they are missing.
 
 :class:`RollingMemoryPlugin` changes what the model sees, not what the session stores: in its
 ``before_model_callback`` it folds the oldest unfolded contents of the request into a running
