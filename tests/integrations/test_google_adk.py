@@ -399,6 +399,44 @@ async def test_a_late_response_to_a_pending_call_is_shown_not_lost(
     assert expected <= set(folded) | set(shown)
 
 
+async def test_each_agent_of_a_multi_agent_app_has_its_own_memory(tmp_path: Path) -> None:
+    """The root agent transfers to a sub-agent: each folds its own request under its own key."""
+    summarizer = RecordingSummarizer()
+    script: deque[types.Content] = deque()
+    received: list[LlmRequest] = []
+    packer = LlmAgent(
+        name="packer",
+        model=ScriptedModel(script=script, received=received),
+        instruction="Pack bags.",
+        tools=[lookup],
+    )
+    root = LlmAgent(
+        name="forecaster",
+        model=ScriptedModel(script=script, received=received),
+        instruction="Route to the packer.",
+        sub_agents=[packer],
+    )
+    service = SqliteSessionService(str(tmp_path / "sessions.db"))
+    app = App(name=APP, root_agent=root, plugins=[RollingMemoryPlugin(30, summarizer)])
+    runner = Runner(app=app, session_service=service)
+    session = await service.create_session(app_name=APP, user_id=USER)
+    transfer = types.FunctionCall(name="transfer_to_agent", args={"agent_name": "packer"})
+    script.append(types.Content(role="model", parts=[types.Part(function_call=transfer)]))
+    for turn in range(6):
+        script.extend([call(f"city{turn}"), text("model", f"packed for day {turn} with some words")])
+        question = text("user", f"pack for day {turn} please now")
+        async for _ in runner.run_async(user_id=USER, session_id=session.id, new_message=question):
+            pass
+    assert not script
+    state = (await service.get_session(app_name=APP, user_id=USER, session_id=session.id)).state
+    assert state[STATE_PREFIX + "packer"]["summary"]
+    assert state[STATE_PREFIX + "forecaster"]["summary"] == ""  # one short request, nothing folded
+    for request in received:
+        check_request(request)
+    folded = [key(m) for m in summarizer.folded]
+    assert len(folded) == len(set(folded))
+
+
 async def test_bad_state_is_reported_by_key(tmp_path: Path) -> None:
     chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(30))
     await chat.start(state={STATE_KEY: {"version": 7}})
