@@ -6,6 +6,7 @@
 - :mod:`rollmem.integrations.llama_index`: ``RollingSummaryBlock`` for LlamaIndex memory.
 - :mod:`rollmem.integrations.strands`: ``RollingConversationManager`` for Strands Agents.
 - :mod:`rollmem.integrations.agent_framework`: ``RollingCompaction`` for Microsoft Agent Framework agents.
+- :mod:`rollmem.integrations.google_adk`: ``RollingMemoryPlugin`` for Google ADK agents.
 
 Importing this package imports no framework.
 """

@@ -1,0 +1,481 @@
+"""RollingMemoryPlugin driven through a real ADK ``Runner``, offline.
+
+The model is a ``BaseLlm`` subclass (ADK's own extension point for models) that answers from a
+script and records every request it receives; the tool is a plain function ADK wraps; sessions
+live in ADK's ``SqliteSessionService`` on a file, and a "restart" builds a new service, agent,
+plugin and runner on that file, so only what the session stored carries over.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import deque
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+pytest.importorskip("google.adk")
+
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.events import Event
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.sessions.sqlite_session_service import SqliteSessionService
+from google.genai import types
+from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, SummarizerDown
+
+from rollmem import Message
+from rollmem.adapters import CONTINUATION_TEXT
+from rollmem.errors import InvalidStateError
+from rollmem.integrations.google_adk import STATE_PREFIX, RollingMemoryPlugin, summary_instruction
+
+# ADK 2.0 announces its experimental features once per process (2.13 no longer does).
+pytestmark = pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature:UserWarning")
+
+APP = "weather"
+USER = "user-1"
+INSTRUCTION = "You are a terse weather assistant."
+STATE_KEY = STATE_PREFIX + "forecaster"
+
+
+def lookup(city: str) -> str:
+    """The weather report for a city."""
+    return f"report for {city}: dry and mild"
+
+
+class ScriptedModel(BaseLlm):
+    """Answers with the next scripted content; records every request it receives."""
+
+    model: str = "scripted"
+    script: Any = None
+    received: Any = None
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self.received.append(llm_request.model_copy(deep=True))
+        yield LlmResponse(content=self.script.popleft())
+
+
+class CountingCounter:
+    """Words, with a stable identity (so stored costs are trusted after a restart); records texts."""
+
+    rollmem_identity = "test-words"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return len(text.split())
+
+
+def call(*cities: str) -> types.Content:
+    parts = [types.Part(function_call=types.FunctionCall(name="lookup", args={"city": c})) for c in cities]
+    return types.Content(role="model", parts=parts)
+
+
+def text(role: str, value: str) -> types.Content:
+    return types.Content(role=role, parts=[types.Part(text=value)])
+
+
+class Chat:
+    """One ADK session on a SQLite file; ``restart()`` rebuilds everything but the file."""
+
+    def __init__(self, path: Path, plugin_factory: Any) -> None:
+        self.path = path
+        self.plugin_factory = plugin_factory
+        self.script: deque[types.Content] = deque()
+        self.received: list[LlmRequest] = []
+        self.session_id: Optional[str] = None
+        self.restarts = 0
+        self._build()
+
+    def _build(self) -> None:
+        self.service = SqliteSessionService(str(self.path))
+        self.plugin = self.plugin_factory()
+        model = ScriptedModel(script=self.script, received=self.received)
+        agent = LlmAgent(name="forecaster", model=model, instruction=INSTRUCTION, tools=[lookup])
+        self.runner = Runner(
+            app=App(name=APP, root_agent=agent, plugins=[self.plugin]), session_service=self.service
+        )
+
+    async def start(self, state: Optional[dict[str, Any]] = None) -> None:
+        session = await self.service.create_session(app_name=APP, user_id=USER, state=state)
+        self.session_id = session.id
+
+    def restart(self) -> None:
+        self.restarts += 1
+        self._build()
+
+    async def send(self, question: str, steps: Sequence[Sequence[str]] = (), answer: str = "ok") -> None:
+        for cities in steps:
+            self.script.append(call(*cities))
+        self.script.append(text("model", answer))
+        assert self.session_id is not None
+        async for _ in self.runner.run_async(
+            user_id=USER, session_id=self.session_id, new_message=text("user", question)
+        ):
+            pass
+
+    async def session(self) -> Any:
+        return await self.service.get_session(app_name=APP, user_id=USER, session_id=self.session_id)
+
+
+def plan(turn: int) -> tuple[str, list[list[str]], str]:
+    """Turn ``turn``: a question, ``turn % 4`` tool steps (every second one two parallel calls),
+    an answer; every text is unique so the tests can follow each message."""
+    steps = [[f"c{turn}s{s}a", f"c{turn}s{s}b"][: 1 + s % 2] for s in range(turn % 4)]
+    question = f"question {turn}: how is the weather on day {turn} of the trip"
+    return question, steps, f"answer {turn}: it stays dry and mild all day {turn}"
+
+
+def key(message: Message) -> str:
+    """What identifies a converted message in these tests (the texts are unique)."""
+    if message.tool_calls:
+        return "call:" + ",".join(c.arguments for c in message.tool_calls)
+    return f"{message.role}:{message.content}"
+
+
+def content_keys(content: types.Content) -> list[str]:
+    """The keys of the messages one content converts to (see :func:`key`)."""
+    parts = content.parts or []
+    calls = [p.function_call for p in parts if p.function_call]
+    if content.role == "model":
+        if calls:
+            return ["call:" + ",".join(json.dumps(c.args, separators=(",", ":")) for c in calls)]
+        return ["assistant:" + "\n".join(p.text or "" for p in parts)]
+    responses = [p.function_response for p in parts if p.function_response]
+    if responses:
+        return ["tool:" + json.dumps(r.response) for r in responses]
+    return ["user:" + "\n".join(p.text or "" for p in parts)]
+
+
+def check_request(request: LlmRequest, pending: frozenset[str] = frozenset()) -> list[types.Content]:
+    """The request opens with a user turn and pairs every call (but those of the tools named in
+    ``pending``, which may wait for their response); returns the contents after the continuation
+    turn, if any."""
+    contents = list(request.contents)
+    first = contents[0]
+    assert first.role == "user"
+    assert not any(p.function_response for p in first.parts or [])
+    for index, content in enumerate(contents):
+        parts = content.parts or []
+        calls = [p.function_call.name for p in parts if p.function_call]
+        responses = [p.function_response.name for p in parts if p.function_response]
+        if calls and index + 1 < len(contents) and not pending & set(calls):
+            nxt = [p.function_response.name for p in contents[index + 1].parts or [] if p.function_response]
+            assert sorted(nxt) == sorted(calls), f"contents[{index}]: calls without their responses"
+        if calls:  # Gemini: a call turn follows a user or response turn
+            assert index > 0
+            assert contents[index - 1].role == "user"
+        if responses:
+            before = [p.function_call.name for p in contents[index - 1].parts or [] if p.function_call]
+            assert sorted(before) == sorted(responses), f"contents[{index}]: a response without its call"
+    return [
+        c for c in contents if not (c.role == "user" and c.parts and c.parts[0].text == CONTINUATION_TEXT)
+    ]
+
+
+async def run_conversation(chat: Chat, turns: int, restart_every: int) -> list[str]:
+    """Runs ``turns`` turns, restarting every ``restart_every``; returns the keys of every message
+    of the conversation in order."""
+    await chat.start()
+    everything: list[str] = []
+    for turn in range(turns):
+        if turn and turn % restart_every == 0:
+            chat.restart()
+        question, steps, answer = plan(turn)
+        await chat.send(question, steps, answer)
+        everything.append(f"user:{question}")
+        for cities in steps:
+            everything.append("call:" + ",".join(f'{{"city":"{c}"}}' for c in cities))
+            everything.extend(f'tool:{{"result": "report for {c}: dry and mild"}}' for c in cities)
+        everything.append(f"assistant:{answer}")
+    return everything
+
+
+async def test_a_long_conversation_with_restarts_folds_each_message_once(tmp_path: Path) -> None:
+    summarizer = RecordingSummarizer()
+    counter = CountingCounter()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(60, summarizer, counter))
+    everything = await run_conversation(chat, turns=24, restart_every=5)
+    assert chat.restarts == 4
+
+    # Every message reached the summarizer exactly once, oldest first.
+    folded = [key(m) for m in summarizer.folded]
+    assert folded == everything[: len(folded)]
+    assert len(summarizer.calls) >= 5
+    # ... and each model request shows the rest verbatim: nothing lost, nothing shown twice.
+    last = check_request(chat.received[-1])
+    shown = [k for content in last for k in content_keys(content)]
+    assert folded + shown == everything[:-1]  # the final answer came after the last request
+
+    # Every request: a user turn first, no tool pair split, within the budget but for the newest unit.
+    for request in chat.received:
+        check_request(request)
+
+    # The summary is in the system instruction; the session keeps every event.
+    session = await chat.session()
+    summary = session.state[STATE_KEY]["summary"]
+    assert summary == summarizer.results[-1]
+    assert chat.received[-1].config.system_instruction.endswith(summary_instruction(summary))
+    questions = [e for e in session.events if e.author == "user" and e.content.parts[0].text]
+    assert len(questions) == 24
+
+    # The counter saw each message once over the whole conversation, across the restarts.
+    assert len(counter.texts) == len(set(counter.texts))
+    assert len(counter.texts) == len(everything) - 1
+
+
+async def run_process(db: str, log: str, first: int, turns: int) -> None:
+    """One process of :func:`test_real_process_restarts`: ``turns`` turns from turn ``first`` on
+    session ``trip``, appending each folded message's key and each counted text to ``log``."""
+
+    def write(kind: str, value: str) -> None:
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(json.dumps([kind, value]) + "\n")
+
+    class LoggedCounter(CountingCounter):
+        def __call__(self, text: str) -> int:
+            write("counted", text)
+            return super().__call__(text)
+
+    def summarize(summary: str, evicted: Sequence[Message]) -> str:
+        for message in evicted:
+            write("folded", key(message))
+        return summary + "|" + "|".join(key(m) for m in evicted)
+
+    chat = Chat(Path(db), lambda: RollingMemoryPlugin(60, summarize, LoggedCounter()))
+    if first == 0:
+        await chat.service.create_session(app_name=APP, user_id=USER, session_id="trip")
+    chat.session_id = "trip"
+    for turn in range(first, first + turns):
+        await chat.send(*plan(turn))
+
+
+def test_real_process_restarts(tmp_path: Path) -> None:
+    """Three processes in a row on one SQLite session: what folds and what is counted, once."""
+    db, log = str(tmp_path / "sessions.db"), str(tmp_path / "log.jsonl")
+    root = str(Path(__file__).resolve().parents[2])
+    for first in (0, 6, 12):
+        code = (
+            "import asyncio, sys\n"
+            f"sys.path[:0] = [{root!r}]\n"
+            "from tests.integrations.test_google_adk import run_process\n"
+            f"asyncio.run(run_process({db!r}, {log!r}, {first}, 6))\n"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    entries = [json.loads(line) for line in Path(log).read_text(encoding="utf-8").splitlines()]
+    folded = [value for kind, value in entries if kind == "folded"]
+    counted = [value for kind, value in entries if kind == "counted"]
+    everything: list[str] = []
+    for turn in range(18):
+        question, steps, answer = plan(turn)
+        everything.append(f"user:{question}")
+        for cities in steps:
+            everything.append(
+                "call:" + ",".join(json.dumps({"city": c}, separators=(",", ":")) for c in cities)
+            )
+            everything.extend("tool:" + json.dumps({"result": lookup(c)}) for c in cities)
+        everything.append(f"assistant:{answer}")
+    assert len(folded) > len(everything) // 2
+    assert folded == everything[: len(folded)]
+    assert len(counted) == len(set(counted)) == len(everything) - 1
+
+
+async def test_an_async_summarizer_and_the_words_default(tmp_path: Path) -> None:
+    summarizer = AsyncRecordingSummarizer()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(50, summarizer.summarize))
+    everything = await run_conversation(chat, turns=10, restart_every=3)
+    folded = [key(m) for m in summarizer.folded]
+    assert folded
+    assert folded == everything[: len(folded)]
+    last = check_request(chat.received[-1])
+    assert folded + [k for c in last for k in content_keys(c)] == everything[:-1]
+
+
+async def test_a_tool_chain_over_the_budget_opens_with_a_user_turn(tmp_path: Path) -> None:
+    summarizer = RecordingSummarizer()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(12, summarizer, CountingCounter()))
+    await chat.start()
+    await chat.send("plan the whole week please", [[f"day{n}"] for n in range(6)], "done")
+    openings = [request.contents[0].parts[0].text for request in chat.received]
+    assert CONTINUATION_TEXT in openings  # the question itself was folded mid-chain
+    for request in chat.received:
+        rest = check_request(request)
+        if request.contents[0].parts[0].text == CONTINUATION_TEXT:
+            assert rest[0].role == "model"
+            assert rest[0].parts[0].function_call is not None
+
+
+async def test_a_failing_summarizer_changes_nothing_and_the_next_run_folds(tmp_path: Path) -> None:
+    summarizer = RecordingSummarizer()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(30, summarizer, CountingCounter()))
+    await chat.start()
+    for turn in range(2):
+        await chat.send(*plan(turn))
+    state_before = (await chat.session()).state.get(STATE_KEY)
+    summarizer.fail = True
+    question, steps, answer = plan(2)
+    with pytest.raises(RuntimeError) as info:
+        await chat.send(question, steps, answer)
+    assert isinstance(info.value.__cause__, SummarizerDown)
+    assert (await chat.session()).state.get(STATE_KEY) == state_before
+    summarizer.fail = False
+    chat.script.clear()
+    await chat.send(*plan(3))
+    failed = [key(m) for m in summarizer.calls[0][1]]
+    assert [key(m) for m in summarizer.folded][: len(failed)] == failed  # the same messages, once
+    assert len(summarizer.folded) == len({key(m) for m in summarizer.folded})
+
+
+@pytest.mark.parametrize("long_running", [True, False], ids=["long-running", "orphaned"])
+async def test_a_late_response_to_a_pending_call_is_shown_not_lost(
+    tmp_path: Path, long_running: bool
+) -> None:
+    """A call ADK marks long-running stays in every request while it waits (the plugin pins it:
+    never folded while pending); one not marked so ADK leaves out. When the response is posted
+    back turns later, ADK shows the call with the response after it, before the fold position:
+    the plugin shows the pair (and folds it later), it does not take it for folded."""
+    summarizer = RecordingSummarizer()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(40, summarizer, CountingCounter()))
+    await chat.start()
+    session = await chat.session()
+    approval = types.FunctionCall(id="adk-approve-1", name="approve", args={"trip": "Oslo"})
+    await chat.service.append_event(session, Event(author="user", content=text("user", "book the trip")))
+    await chat.service.append_event(
+        session,
+        Event(
+            author="forecaster",
+            content=types.Content(role="model", parts=[types.Part(function_call=approval)]),
+            long_running_tool_ids={"adk-approve-1"} if long_running else None,
+        ),
+    )
+    for turn in range(6):
+        await chat.send(*plan(turn))
+    assert summarizer.folded
+    folded_before = [key(m) for m in summarizer.folded]
+    assert 'call:{"trip":"Oslo"}' not in folded_before
+    for request in chat.received:
+        shown = [k for c in check_request(request, frozenset({"approve"})) for k in content_keys(c)]
+        if long_running:  # a plain unanswered call: ADK 2.13 leaves it out, 2.0 sends it (pinned)
+            assert 'call:{"trip":"Oslo"}' in shown
+
+    response = types.FunctionResponse(id="adk-approve-1", name="approve", response={"result": "approved"})
+    chat.script.append(text("model", "booked"))
+    async for _ in chat.runner.run_async(
+        user_id=USER,
+        session_id=chat.session_id,
+        new_message=types.Content(role="user", parts=[types.Part(function_response=response)]),
+    ):
+        pass
+    shown = [k for c in check_request(chat.received[-1]) for k in content_keys(c)]
+    folded = [key(m) for m in summarizer.folded]
+    assert 'call:{"trip":"Oslo"}' in shown + folded
+    assert 'tool:{"result": "approved"}' in shown + folded
+    assert len(folded) == len(set(folded))
+
+    # The next turn sees the whole history again: each message folded once or shown, none lost.
+    await chat.send(*plan(6))
+    shown = [k for c in check_request(chat.received[-1]) for k in content_keys(c)]
+    folded = [key(m) for m in summarizer.folded]
+    assert len(folded) == len(set(folded))
+    assert not set(folded) & set(shown)
+    expected = {
+        "user:book the trip",
+        'call:{"trip":"Oslo"}',
+        'tool:{"result": "approved"}',
+        "assistant:booked",
+    }
+    expected |= {f"user:{plan(turn)[0]}" for turn in range(7)}
+    assert expected <= set(folded) | set(shown)
+
+
+async def test_each_agent_of_a_multi_agent_app_has_its_own_memory(tmp_path: Path) -> None:
+    """The root agent transfers to a sub-agent: each folds its own request under its own key."""
+    summarizer = RecordingSummarizer()
+    script: deque[types.Content] = deque()
+    received: list[LlmRequest] = []
+    packer = LlmAgent(
+        name="packer",
+        model=ScriptedModel(script=script, received=received),
+        instruction="Pack bags.",
+        tools=[lookup],
+    )
+    root = LlmAgent(
+        name="forecaster",
+        model=ScriptedModel(script=script, received=received),
+        instruction="Route to the packer.",
+        sub_agents=[packer],
+    )
+    service = SqliteSessionService(str(tmp_path / "sessions.db"))
+    app = App(name=APP, root_agent=root, plugins=[RollingMemoryPlugin(30, summarizer)])
+    runner = Runner(app=app, session_service=service)
+    session = await service.create_session(app_name=APP, user_id=USER)
+    transfer = types.FunctionCall(name="transfer_to_agent", args={"agent_name": "packer"})
+    script.append(types.Content(role="model", parts=[types.Part(function_call=transfer)]))
+    for turn in range(6):
+        script.extend([call(f"city{turn}"), text("model", f"packed for day {turn} with some words")])
+        question = text("user", f"pack for day {turn} please now")
+        async for _ in runner.run_async(user_id=USER, session_id=session.id, new_message=question):
+            pass
+    assert not script
+    state = (await service.get_session(app_name=APP, user_id=USER, session_id=session.id)).state
+    assert state[STATE_PREFIX + "packer"]["summary"]
+    assert state[STATE_PREFIX + "forecaster"]["summary"] == ""  # one short request, nothing folded
+    for request in received:
+        check_request(request)
+    folded = [key(m) for m in summarizer.folded]
+    assert len(folded) == len(set(folded))
+
+
+async def test_bad_state_is_reported_by_key(tmp_path: Path) -> None:
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(30))
+    await chat.start(state={STATE_KEY: {"version": 7}})
+    with pytest.raises(RuntimeError) as info:
+        await chat.send("hello")
+    error = info.value.__cause__
+    assert isinstance(error, InvalidStateError)
+    assert error.path == f"{STATE_KEY}.version"
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_tokens"):
+        RollingMemoryPlugin(0)
+    with pytest.raises(TypeError, match="summary_text"):
+        RollingMemoryPlugin(10, summary_text="no")  # type: ignore[arg-type]
+    assert RollingMemoryPlugin().max_tokens == 2000
+    assert RollingMemoryPlugin().name == "rollmem"
+
+
+def test_importing_rollmem_imports_no_adk() -> None:
+    code = (
+        "import sys, rollmem, rollmem.integrations, rollmem.adapters\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('google.adk', 'google.genai'))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines() == ["[]"]
+
+
+def test_a_missing_adk_names_the_extra() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['google.adk'] = None\n"
+        "try:\n"
+        "    import rollmem.integrations.google_adk\n"
+        "except ImportError as error:\n"
+        "    print(type(error).__name__, error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == (
+        "MissingExtraError rollmem.integrations.google_adk needs the 'google-adk' package: "
+        'pip install "rollmem[google-adk]"'
+    )
