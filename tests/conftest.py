@@ -43,7 +43,7 @@ SEPARATOR = "|"
 SERVER_WORDS = ("server", "ROLLMEM_TEST_")
 
 
-def _skip_reason(report: pytest.TestReport) -> str:
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
     return reason[len("Skipped: ") :] if reason.startswith("Skipped: ") else reason
@@ -52,7 +52,11 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Skipped tests summarized once, by reason (one line per family, not one per test), with how to
     enable the server families."""
-    skipped = [r for r in terminalreporter.stats.get("skipped", []) if isinstance(r, pytest.TestReport)]
+    skipped = [
+        r
+        for r in terminalreporter.stats.get("skipped", [])
+        if isinstance(r, (pytest.TestReport, pytest.CollectReport))
+    ]
     if not skipped:
         return
     families: dict[str, int] = {}
