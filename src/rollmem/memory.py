@@ -1058,7 +1058,11 @@ class RollingMemory(Memory):
         :func:`~rollmem.policies.cached_target` ``(max_tokens)``, so folds are deep and rare and
         most requests extend the previous one (what provider prompt caches bill cheapest)."""
         return cls(
-            max_tokens, summarize_fn, token_counter, target_tokens=cached_target(max_tokens), on_evict=on_evict
+            max_tokens,
+            summarize_fn,
+            token_counter,
+            target_tokens=cached_target(max_tokens),
+            on_evict=on_evict,
         )
 
 

@@ -49,9 +49,8 @@ _TOOL_SCHEMAS = [
     },
 ]
 
-SYSTEM_PROMPT = (
-    """You are Ada, the customer operations assistant of Northwind Commerce, an online retailer that
-sells home, garden and office equipment in twelve countries. You help customers and internal staff
+_PROSE = """You are Ada, the customer operations assistant of Northwind Commerce, an online retailer
+that sells home, garden and office equipment in twelve countries. You help customers and internal staff
 with orders, refunds, shipments, accounts, subscriptions and reports. You are friendly, precise and
 brief. You never guess: when a fact depends on the customer's data, you look it up with a tool.
 
@@ -108,8 +107,7 @@ ticket so nobody has to ask the customer again.
 
 ## Tools
 """
-    + json.dumps(_TOOL_SCHEMAS, indent=1)
-)
+SYSTEM_PROMPT = _PROSE + json.dumps(_TOOL_SCHEMAS, indent=1)
 """A realistic system prompt for a tool-using support agent: about 1,200 BPE tokens (cl100k)."""
 
 IDLE_EVERY = 20

@@ -29,6 +29,7 @@ from .._extras import import_extra
 from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, to_openai_responses
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import SYSTEM, Message
+from ..policies import cached_target
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
 
@@ -137,7 +138,8 @@ class RollingSession:
             raise ValueError("session_id must not be empty")
 
         def factory() -> AsyncRollingMemory:
-            return AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)
+            target = cached_target(max_tokens) if target_tokens is None else target_tokens
+            return AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target)
 
         memory = factory()  # checks the arguments now
         self.session_id = session_id
