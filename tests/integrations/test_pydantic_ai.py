@@ -432,7 +432,7 @@ def test_without_conversation_id_whole_or_processed_history(write_back: bool, re
 
 
 def test_histories_without_conversation_id_do_not_share_state(recorder: Any) -> None:
-    processor = rolling_history(4, recorder, one)
+    processor = rolling_history(4, recorder, one, target_tokens=4)
     first = build_turn(0) + build_turn(1)
     second = build_turn(0, conversation=1) + build_turn(1, conversation=1)  # same text, other timestamps
     asyncio.run(processor(None, first))
@@ -454,7 +454,7 @@ def test_two_runs_racing_on_one_conversation_commit_one_fold(async_recorder: Any
     """Both fold the same messages; the second save loses the compare-and-set, reloads, finds them
     folded, and keeps the winner's summary."""
     store = MemoryStore()
-    processor = rolling_history(4, async_recorder.summarize, one, store=store)
+    processor = rolling_history(4, async_recorder.summarize, one, target_tokens=4, store=store)
 
     class Ctx:
         conversation_id = "race"
