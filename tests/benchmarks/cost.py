@@ -47,7 +47,7 @@ from cost_workload import SYSTEM_PROMPT, timed_turns
 from peers import CANNED_SUMMARY, FakeSummarizer, LangChainPeer, _langchain_llm, _llama_llm
 from pricing import DEFAULT_PROVIDER, PRICES, Pricing
 
-from rollmem import ASSISTANT, RollingMemory, cached_target
+from rollmem import ASSISTANT, RollingMemory
 from rollmem.message import Message
 from rollmem.summarizers import prompt_summarizer
 
@@ -181,15 +181,22 @@ class RollmemCached(Rollmem):
 
 
 class RollmemIdleFold(Rollmem):
-    """Item 5's idea: the recommended target, and after an idle pause longer than the cache
-    lifetime (the cache is cold anyway) fold once the buffer is over ``idle_fraction`` of the budget."""
+    """Issue 18 item 5, measured here only: ``target_tokens`` = ``target`` x the budget, and after
+    an idle pause longer than the cache lifetime (the cache is cold anyway) a buffer over
+    ``cold`` x the budget folds down to it before the request is sent."""
 
     def __init__(
-        self, budget: int, count: Counter, summarizer: Summarizer, lifetime_s: float, idle_fraction: float
+        self,
+        budget: int,
+        count: Counter,
+        summarizer: Summarizer,
+        lifetime_s: float,
+        target: float,
+        cold: float,
     ) -> None:
-        super().__init__(budget, count, summarizer, cached_target(budget))
+        super().__init__(budget, count, summarizer, max(1, int(budget * target)))
         self.lifetime_s = lifetime_s
-        self.low = max(1, int(budget * idle_fraction))
+        self.low = max(1, int(budget * cold))
         self.last = 0.0
 
     def add(self, message: Message, now: float) -> None:
@@ -211,10 +218,19 @@ def _lc_convert(messages: Sequence[Message]) -> list[Any]:
 
 
 def _lc_counter(count: Counter) -> Callable[[Sequence[Any]], int]:
+    """A LangChain ``token_counter``: the shared counter on each message's rollmem token text."""
     from rollmem.adapters.langchain import from_langchain
 
+    seen: dict[int, tuple[Any, int]] = {}  # id -> (message kept alive, tokens)
+
+    def tokens(message: Any) -> int:
+        hit = seen.get(id(message))
+        if hit is None or hit[0] is not message:
+            hit = seen[id(message)] = (message, count(from_langchain([message])[0].token_text()))
+        return hit[1]
+
     def count_messages(messages: Sequence[Any]) -> int:
-        return sum(count(m.token_text()) for m in from_langchain(messages))
+        return sum(tokens(m) for m in messages)
 
     return count_messages
 
@@ -364,8 +380,12 @@ class KeepLast(Driver):
     def request(self, now: float) -> list[Block]:
         from langchain_core.messages import trim_messages
 
+        tail, total = len(self.messages), 0  # trim only a tail holding more than the budget
+        while tail > 0 and total <= self.budget:
+            tail -= 1
+            total += self.counter(self.messages[tail : tail + 1])
         kept = trim_messages(
-            self.messages,
+            self.messages[max(0, tail - 1) :],
             max_tokens=self.budget,
             token_counter=self.counter,
             strategy="last",
@@ -413,9 +433,13 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
     "target25": ("rollmem target_tokens 25%", _target(25)),
     "target15": ("rollmem target_tokens 15%", _target(15)),
     "target10": ("rollmem target_tokens 10%", _target(10)),
-    "idle": (
-        "rollmem cached + fold when cold (>50%)",
-        lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5),
+    "cold25": (
+        "rollmem target 50% + fold to 25% when cold",
+        lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5, 0.25),
+    ),
+    "cold30": (
+        "rollmem target 50% + fold to 30% when cold",
+        lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5, 0.30),
     ),
     "lc_summarization": (
         "LangChain v1 SummarizationMiddleware",
@@ -435,10 +459,11 @@ FULL_MEMORIES = (
     "cached",
     "middleware",
     "defaults",
-    "target75",
     "target50",
     "target25",
-    "idle",
+    "target10",
+    "cold25",
+    "cold30",
     "lc_summarization",
     "llamaindex",
     "lc_classic",
@@ -513,6 +538,8 @@ def _goal_lines(
     for horizon in horizons:
         for budget in budgets:
             peers = [(results[(p, budget)][horizon], p) for p in PEERS if (p, budget) in results]
+            if not peers:
+                continue
             cheapest, name = min(peers, key=lambda x: x[0]["billed"])
             for cand in CANDIDATES:
                 if (cand, budget) not in results:
@@ -571,8 +598,9 @@ def plot(
         if (key, budget) in results:
             series = results[(key, budget)][horizon]["cumulative"]
             ax.plot(range(1, len(series) + 1), [v / 1e6 for v in series], label=MEMORIES[key][0])
+    ax.set_yscale("log")
     ax.set_xlabel("turns")
-    ax.set_ylabel("cumulative billed input-token equivalents (millions)")
+    ax.set_ylabel("cumulative billed input-token equivalents (millions, log scale)")
     ax.set_title(f"Billed cost per memory, budget {budget} tokens, {provider} prices")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

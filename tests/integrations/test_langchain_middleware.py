@@ -251,7 +251,7 @@ def test_arguments_are_checked_as_rolling_memory_checks_them() -> None:
 
 
 def test_the_default_target_is_the_cached_target() -> None:
-    assert RollingMemoryMiddleware().target_tokens == cached_target(2000) == 767
+    assert RollingMemoryMiddleware().target_tokens == cached_target(2000) == 765
     assert RollingMemoryMiddleware(4000).target_tokens == cached_target(4000)
     assert RollingMemoryMiddleware(4000, target_tokens=4000).target_tokens == 4000
 

@@ -129,7 +129,7 @@ def test_a_lowered_max_tokens_caps_the_target_everywhere(recorder: Any) -> None:
 
 @pytest.mark.parametrize(
     ("max_tokens", "target"),
-    [(1, 1), (9, 8), (10, 9), (1000, 900), (2000, 767), (4000, 434), (6000, 600), (8000, 800), (20000, 2000)],
+    [(1, 1), (9, 8), (10, 9), (1000, 900), (2000, 765), (4000, 479), (6000, 600), (8000, 800), (20000, 2000)],
 )
 def test_cached_target_folds_deeper_as_the_budget_grows(max_tokens: int, target: int) -> None:
     assert cached_target(max_tokens) == target
@@ -155,7 +155,7 @@ def test_cached_target_checks_max_tokens_like_the_memory(
 def test_cached_is_rolling_memory_with_the_cached_target(recorder: Any) -> None:
     memory = RollingMemory.cached(2000, recorder, len, on_evict=lambda evicted: None)
     assert type(memory) is RollingMemory
-    assert (memory.max_tokens, memory.target_tokens) == (2000, 767)
+    assert (memory.max_tokens, memory.target_tokens) == (2000, 765)
     assert RollingMemory().target_tokens == 2000  # the constructor's default stays max_tokens
     small = RollingMemory.cached(10, recorder)
     for word in "abcdefghijk":
@@ -167,7 +167,7 @@ def test_cached_is_rolling_memory_with_the_cached_target(recorder: Any) -> None:
 async def test_async_cached_is_async_rolling_memory_with_the_cached_target(recorder: Any) -> None:
     memory = AsyncRollingMemory.cached(4000, recorder, background=True)
     assert type(memory) is AsyncRollingMemory
-    assert (memory.max_tokens, memory.target_tokens, memory.background) == (4000, 434, True)
+    assert (memory.max_tokens, memory.target_tokens, memory.background) == (4000, 479, True)
 
 
 def test_the_window_is_a_validated_property() -> None:
