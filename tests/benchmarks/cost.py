@@ -4,7 +4,7 @@ Run ``python tests/benchmarks/cost.py [--quick] [--provider anthropic-5m] [--plo
 from a clone with ``pip install -e ".[bench]"``. Deterministic: no timing, the same numbers on every
 machine (``--quick`` runs shorter horizons and fewer budgets, for CI).
 
-The workload (:mod:`cost_workload`) is a long tool-calling support conversation with a 1,187-token
+The workload (:mod:`cost_workload`) is a long tool-calling support conversation with a 1,186-token
 system prompt; each model call (one before every assistant message) sends the system prompt, then
 what the memory gives the model. Every memory gets the same token counter (BPE, ``cl100k_base``),
 the same budget and the same fake summarizer (a canned ~150-token summary numbered by call, so two

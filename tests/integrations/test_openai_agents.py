@@ -381,13 +381,13 @@ def test_sdk_models_are_stored_as_their_dicts() -> None:
 
 
 def test_the_default_target_is_the_cached_target() -> None:
-    """Over ``max_tokens`` the session folds down to ``cached_target(max_tokens)`` (9 of 10)."""
+    """Over ``max_tokens`` the session folds down to ``cached_target(max_tokens)`` (6 of 10)."""
     session = RollingSession("s", max_tokens=10, summarize_fn=Recorder(), token_counter=words)
     for word in "abcdefghijk":
         asyncio.run(session.add_items([{"role": "user", "content": word}]))
     items = asyncio.run(session.get_items())
     assert items[0]["role"] == "system"
-    assert [item["content"] for item in items[1:]] == list("cdefghijk")
+    assert [item["content"] for item in items[1:]] == list("fghijk")
 
 
 def test_limit_returns_the_newest_whole_units() -> None:

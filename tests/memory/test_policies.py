@@ -129,7 +129,18 @@ def test_a_lowered_max_tokens_caps_the_target_everywhere(recorder: Any) -> None:
 
 @pytest.mark.parametrize(
     ("max_tokens", "target"),
-    [(1, 1), (9, 8), (10, 9), (1000, 900), (2000, 765), (4000, 479), (6000, 600), (8000, 800), (20000, 2000)],
+    [
+        (1, 1),
+        (2, 1),
+        (10, 6),
+        (1000, 625),
+        (2000, 765),
+        (3000, 622),
+        (4000, 479),
+        (6000, 600),
+        (8000, 800),
+        (20000, 2000),
+    ],
 )
 def test_cached_target_folds_deeper_as_the_budget_grows(max_tokens: int, target: int) -> None:
     assert cached_target(max_tokens) == target
@@ -160,8 +171,8 @@ def test_cached_is_rolling_memory_with_the_cached_target(recorder: Any) -> None:
     small = RollingMemory.cached(10, recorder)
     for word in "abcdefghijk":
         small.add_user_message(word)
-    assert [m.content for m in small.buffer] == list("cdefghijk")  # folded down to 9, not 10
-    assert [[m.content for m in folded] for _, folded in recorder.calls] == [["a", "b"]]
+    assert [m.content for m in small.buffer] == list("fghijk")  # folded down to 6, not 10
+    assert [[m.content for m in folded] for _, folded in recorder.calls] == [list("abcde")]
 
 
 async def test_async_cached_is_async_rolling_memory_with_the_cached_target(recorder: Any) -> None:
