@@ -247,10 +247,12 @@ class _LangGraphState(Driver):
     def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
         super().__init__(budget, count, summarizer)
         self.state: dict[str, Any] = {"messages": []}
+        self.added = 0
 
     def add(self, message: Message, now: float) -> None:
         (native,) = _lc_convert([message])
-        native.id = f"m{len(self.state['messages'])}-{hash(message.token_text())}"
+        self.added += 1
+        native.id = f"m{self.added}"  # unique: add_messages replaces a message with the same id
         self.state["messages"] = [*self.state["messages"], native]
 
     def _apply(self, update: Optional[dict[str, Any]]) -> None:
@@ -594,10 +596,19 @@ def plot(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
-    for key in keys:
-        if (key, budget) in results:
-            series = results[(key, budget)][horizon]["cumulative"]
-            ax.plot(range(1, len(series) + 1), [v / 1e6 for v in series], label=MEMORIES[key][0])
+    colors = plt.get_cmap("tab20").colors
+    for n, key in enumerate(k for k in keys if (k, budget) in results):
+        series = results[(key, budget)][horizon]["cumulative"]
+        style = "--" if key in PEERS else "-"  # peers dashed, rollmem solid
+        width = 2.4 if key in CANDIDATES else 1.3
+        ax.plot(
+            range(1, len(series) + 1),
+            [v / 1e6 for v in series],
+            style,
+            color=colors[(2 * n) % 20 + (n // 10) % 2],
+            linewidth=width,
+            label=MEMORIES[key][0],
+        )
     ax.set_yscale("log")
     ax.set_xlabel("turns")
     ax.set_ylabel("cumulative billed input-token equivalents (millions, log scale)")
