@@ -539,8 +539,14 @@ def test_writers_racing_on_one_store_lose_and_repeat_nothing(tmp_path: Path) -> 
     sessions = [
         # Each conflict means the other writer committed, and each writes 25 times: 26 retries
         # can never run out, whatever the scheduling.
-        RollingSession(
-            "race", max_tokens=30, summarize_fn=summarize, token_counter=words, store=store, max_retries=26
+        RollingSession(  # target_tokens = max_tokens: a fold on most writes, so the writers overlap
+            "race",
+            max_tokens=30,
+            target_tokens=30,
+            summarize_fn=summarize,
+            token_counter=words,
+            store=store,
+            max_retries=26,
         )
         for _ in range(2)
     ]
