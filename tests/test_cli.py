@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rollmem import BufferMemory, Message, RollingMemory, ToolCall, __version__
+from rollmem import BufferMemory, Message, RollingMemory, ToolCall, __version__, cached_target
 from rollmem._jsonl import read_messages, sample_conversation
 from rollmem.adapters import to_openai
 from rollmem.cli import main
@@ -146,7 +146,7 @@ def test_output_stops_quietly_when_the_reader_goes_away(tmp_path: Path) -> None:
 
 
 def test_replay_prints_context_and_stats(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
-    status, out, err = cli(capsys, "replay", str(tiny), "--max-tokens", "12")
+    status, out, err = cli(capsys, "replay", str(tiny), "--max-tokens", "12", "--target-tokens", "12")
     assert (status, err) == (0, "")
     context = out.split("== final context: the summary, then the recent turns ==\n")[1].split("\n\n== stats")[
         0
@@ -175,7 +175,7 @@ def test_replay_prints_context_and_stats(capsys: pytest.CaptureFixture[str], tin
 
 
 def test_replay_json(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
-    status, out, _ = cli(capsys, "replay", str(tiny), "--max-tokens", "12", "--json")
+    status, out, _ = cli(capsys, "replay", str(tiny), "--max-tokens", "12", "--target-tokens", "12", "--json")
     assert status == 0
     document = json.loads(out)
     assert document["context"][0] == {"role": "system", "content": TINY_SUMMARY}
@@ -207,9 +207,29 @@ def test_replay_json(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
     }
 
 
+def test_replay_folds_down_to_the_cached_target_by_default(
+    capsys: pytest.CaptureFixture[str], tiny: Path
+) -> None:
+    status, out, _ = cli(capsys, "replay", str(tiny), "--max-tokens", "12", "--json")
+    assert status == 0
+    stats = json.loads(out)["stats"]
+    assert (stats["max_tokens"], stats["target_tokens"]) == (12, cached_target(12)) == (12, 7)
+
+
 def test_replay_from_stdin_without_summarizer_drops() -> None:
     stdin = "".join(json.dumps(item) + "\n" for item in TINY)
-    result = run("replay", "-", "--max-tokens", "12", "--summarizer", "none", "--json", stdin=stdin)
+    result = run(
+        "replay",
+        "-",
+        "--max-tokens",
+        "12",
+        "--target-tokens",
+        "12",
+        "--summarizer",
+        "none",
+        "--json",
+        stdin=stdin,
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["stats"]["summarizer_calls"] == 0
@@ -265,7 +285,9 @@ def test_replay_without_tiktoken_names_the_extra(
 
 def test_replay_save_then_inspect(capsys: pytest.CaptureFixture[str], tiny: Path, tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    status, out, _ = cli(capsys, "replay", str(tiny), "--max-tokens", "12", "--save", str(state))
+    status, out, _ = cli(
+        capsys, "replay", str(tiny), "--max-tokens", "12", "--target-tokens", "12", "--save", str(state)
+    )
     assert status == 0
     assert out.endswith(f"\nstate saved to {state}\n")
     saved = json.loads(state.read_text(encoding="utf-8"))

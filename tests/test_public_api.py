@@ -42,6 +42,7 @@ PUBLIC = [
     "USER",
     "WindowMemory",
     "__version__",
+    "cached_target",
 ]
 
 

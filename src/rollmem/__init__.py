@@ -15,6 +15,7 @@ from .memory import (
     WindowMemory,
 )
 from .message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+from .policies import cached_target
 from .recall import RecallHit, RecallIndex
 
 __version__ = "0.7.0"
@@ -40,4 +41,5 @@ __all__ = [
     "ToolCall",
     "WindowMemory",
     "__version__",
+    "cached_target",
 ]

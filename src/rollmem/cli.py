@@ -30,7 +30,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Callable, NoReturn, Optional, TextIO
 
-from . import BufferMemory, MemoryStats, Message, RollingMemory, SummarizeFn, TokenCounter, __version__
+from . import (
+    BufferMemory,
+    MemoryStats,
+    Message,
+    RollingMemory,
+    SummarizeFn,
+    TokenCounter,
+    __version__,
+    cached_target,
+)
 from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summarizer
 from ._jsonl import TOO_MANY_DIGITS, JsonlError, lines_of, read_messages, sample_conversation, sample_text
 from ._validate import plural
@@ -308,7 +317,8 @@ def _replay_with(
         if summarize is not None:
             summarize = bar.around(summarize)
     summary_tokens = SUMMARY_TOKENS if args.summarizer == "extractive" else None
-    replay = _Replay(args.max_tokens, args.target_tokens, counter, summary_tokens, summarize)
+    target = cached_target(args.max_tokens) if args.target_tokens is None else args.target_tokens
+    replay = _Replay(args.max_tokens, target, counter, summary_tokens, summarize)
     try:
         replay.run(messages, step=None if bar is None else bar.step)
     except SummarizerFailed as error:
@@ -474,7 +484,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("file", metavar="FILE", help="JSON Lines of OpenAI-style messages, or - for stdin")
     replay.add_argument("--max-tokens", type=_positive, default=2000, metavar="N", help="default: 2000")
-    replay.add_argument("--target-tokens", type=_positive, metavar="N", help="default: the max tokens")
+    replay.add_argument("--target-tokens", type=_positive, metavar="N", help="default: cached_target(N)")
     _add_counter(replay)
     replay.add_argument(
         "--summarizer",

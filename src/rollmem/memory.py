@@ -65,7 +65,7 @@ from .message import (
     ToolCall,
     _messages_from_dicts,
 )
-from .policies import FoldAll, KeepAll, MessageWindow, Policy, TokenBudget
+from .policies import FoldAll, KeepAll, MessageWindow, Policy, TokenBudget, cached_target
 
 __all__ = [
     "AsyncMemory",
@@ -1054,6 +1054,26 @@ class RollingMemory(Memory):
             TokenBudget(max_tokens, target_tokens, token_counter), summarize_fn, on_evict=on_evict
         )
 
+    @classmethod
+    def cached(
+        cls,
+        max_tokens: int = 2000,
+        summarize_fn: Optional[SummarizeFn] = None,
+        token_counter: Optional[TokenCounter] = None,
+        *,
+        on_evict: Optional[EvictHook] = None,
+    ) -> RollingMemory:
+        """The recommended, cache-friendly configuration: ``target_tokens`` =
+        :func:`~rollmem.policies.cached_target` ``(max_tokens)``, so folds are deep and rare and
+        most requests extend the previous one (what provider prompt caches bill cheapest)."""
+        return cls(
+            max_tokens,
+            summarize_fn,
+            token_counter,
+            target_tokens=cached_target(max_tokens),
+            on_evict=on_evict,
+        )
+
 
 class AsyncRollingMemory(AsyncMemory):
     """:class:`RollingMemory` for async code: the ``add_*`` methods, ``extend`` and ``fold`` are
@@ -1077,6 +1097,26 @@ class AsyncRollingMemory(AsyncMemory):
         super().__init__(
             TokenBudget(max_tokens, target_tokens, token_counter),
             summarize_fn,
+            on_evict=on_evict,
+            background=background,
+        )
+
+    @classmethod
+    def cached(
+        cls,
+        max_tokens: int = 2000,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
+        token_counter: Optional[TokenCounter] = None,
+        *,
+        on_evict: Optional[EvictHook] = None,
+        background: bool = False,
+    ) -> AsyncRollingMemory:
+        """:meth:`RollingMemory.cached` for async code."""
+        return cls(
+            max_tokens,
+            summarize_fn,
+            token_counter,
+            target_tokens=cached_target(max_tokens),
             on_evict=on_evict,
             background=background,
         )

@@ -42,7 +42,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from pydantic import Field
 
-from rollmem import Message, RollingMemory
+from rollmem import Message, RollingMemory, cached_target
 from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from rollmem.adapters.langchain import from_langchain
 from rollmem.errors import InvalidStateError
@@ -264,6 +264,12 @@ def test_arguments_are_checked_as_rolling_memory_checks_them() -> None:
         RollingMemoryMiddleware(10, summary_message=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="prune_folded: expected bool, got int"):
         RollingMemoryMiddleware(10, prune_folded=1)  # type: ignore[arg-type]
+
+
+def test_the_default_target_is_the_cached_target() -> None:
+    assert RollingMemoryMiddleware().target_tokens == cached_target(2000) == 765
+    assert RollingMemoryMiddleware(4000).target_tokens == cached_target(4000)
+    assert RollingMemoryMiddleware(4000, target_tokens=4000).target_tokens == 4000
 
 
 def test_missing_framework_raises_missing_extra_error() -> None:

@@ -382,8 +382,20 @@ def test_sdk_models_are_stored_as_their_dicts() -> None:
     assert got[1] == {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
 
 
+def test_the_default_target_is_the_cached_target() -> None:
+    """Over ``max_tokens`` the session folds down to ``cached_target(max_tokens)`` (6 of 10)."""
+    session = RollingSession("s", max_tokens=10, summarize_fn=Recorder(), token_counter=words)
+    for word in "abcdefghijk":
+        asyncio.run(session.add_items([{"role": "user", "content": word}]))
+    items = asyncio.run(session.get_items())
+    assert items[0]["role"] == "system"
+    assert [item["content"] for item in items[1:]] == list("fghijk")
+
+
 def test_limit_returns_the_newest_whole_units() -> None:
-    session = RollingSession("s", max_tokens=12, summarize_fn=Recorder(), token_counter=words)
+    session = RollingSession(
+        "s", max_tokens=12, summarize_fn=Recorder(), token_counter=words, target_tokens=12
+    )
     asyncio.run(session.add_items([{"role": "user", "content": "one two three four five six"}]))
     asyncio.run(session.add_items(EXCHANGE))
     items = asyncio.run(session.get_items())
@@ -530,8 +542,14 @@ def test_writers_racing_on_one_store_lose_and_repeat_nothing(tmp_path: Path) -> 
     sessions = [
         # Each conflict means the other writer committed, and each writes 25 times: 26 retries
         # can never run out, whatever the scheduling.
-        RollingSession(
-            "race", max_tokens=30, summarize_fn=summarize, token_counter=words, store=store, max_retries=26
+        RollingSession(  # target_tokens = max_tokens: a fold on most writes, so the writers overlap
+            "race",
+            max_tokens=30,
+            target_tokens=30,
+            summarize_fn=summarize,
+            token_counter=words,
+            store=store,
+            max_retries=26,
         )
         for _ in range(2)
     ]

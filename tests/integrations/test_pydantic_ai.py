@@ -293,8 +293,8 @@ def test_the_written_back_history_starts_with_the_summary(recorder: Any) -> None
 
 
 def test_without_a_summarizer_evicted_messages_are_dropped() -> None:
-    processor = rolling_history(6, None, one)
-    chat = Chat(processor)
+    processor = rolling_history(6, None, one, target_tokens=6)  # a target under one turn would
+    chat = Chat(processor)  # leave a view opening with the assistant (the alignment rule's exception)
     for _ in range(10):
         chat.say()
     check_turns(chat, 6, one)
@@ -440,7 +440,7 @@ def test_without_conversation_id_whole_or_processed_history(write_back: bool, re
 
 
 def test_histories_without_conversation_id_do_not_share_state(recorder: Any) -> None:
-    processor = rolling_history(4, recorder, one)
+    processor = rolling_history(4, recorder, one, target_tokens=4)
     first = build_turn(0) + build_turn(1)
     second = build_turn(0, conversation=1) + build_turn(1, conversation=1)  # same text, other timestamps
     asyncio.run(processor(None, first))
@@ -462,7 +462,7 @@ def test_two_runs_racing_on_one_conversation_commit_one_fold(async_recorder: Any
     """Both fold the same messages; the second save loses the compare-and-set, reloads, finds them
     folded, and keeps the winner's summary."""
     store = MemoryStore()
-    processor = rolling_history(4, async_recorder.summarize, one, store=store)
+    processor = rolling_history(4, async_recorder.summarize, one, target_tokens=4, store=store)
 
     class Ctx:
         conversation_id = "race"

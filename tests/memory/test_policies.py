@@ -8,7 +8,15 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from rollmem import AsyncRollingMemory, BufferMemory, Message, RollingMemory, ToolCall, WindowMemory
+from rollmem import (
+    AsyncRollingMemory,
+    BufferMemory,
+    Message,
+    RollingMemory,
+    ToolCall,
+    WindowMemory,
+    cached_target,
+)
 from rollmem.memory import AsyncMemory, Memory
 from rollmem.policies import BufferView, KeepAll, Plan, Policy, TokenBudget, unit_spans
 
@@ -125,6 +133,60 @@ def test_a_lowered_max_tokens_caps_the_target_everywhere(recorder: Any) -> None:
     memory.max_tokens = 10
     assert memory.target_tokens == 8  # the target given stays; it was only capped
     assert memory.policy.limits() == (10, 8)
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "target"),
+    [
+        (1, 1),
+        (2, 1),
+        (10, 6),
+        (1000, 625),
+        (2000, 765),
+        (3000, 622),
+        (4000, 479),
+        (6000, 600),
+        (8000, 800),
+        (20000, 2000),
+    ],
+)
+def test_cached_target_folds_deeper_as_the_budget_grows(max_tokens: int, target: int) -> None:
+    assert cached_target(max_tokens) == target
+    assert 0 < target <= max_tokens
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "max_tokens must be > 0, got 0"),
+        (True, TypeError, "max_tokens: expected int, got bool"),
+        ("5", TypeError, "max_tokens: expected int, got str"),
+    ],
+)
+def test_cached_target_checks_max_tokens_like_the_memory(
+    value: Any, error: type[Exception], message: str
+) -> None:
+    for build in (cached_target, RollingMemory.cached, RollingMemory):
+        with pytest.raises(error, match=f"^{re.escape(message)}$"):
+            build(value)
+
+
+def test_cached_is_rolling_memory_with_the_cached_target(recorder: Any) -> None:
+    memory = RollingMemory.cached(2000, recorder, len, on_evict=lambda evicted: None)
+    assert type(memory) is RollingMemory
+    assert (memory.max_tokens, memory.target_tokens) == (2000, 765)
+    assert RollingMemory().target_tokens == 2000  # the constructor's default stays max_tokens
+    small = RollingMemory.cached(10, recorder)
+    for word in "abcdefghijk":
+        small.add_user_message(word)
+    assert [m.content for m in small.buffer] == list("fghijk")  # folded down to 6, not 10
+    assert [[m.content for m in folded] for _, folded in recorder.calls] == [list("abcde")]
+
+
+async def test_async_cached_is_async_rolling_memory_with_the_cached_target(recorder: Any) -> None:
+    memory = AsyncRollingMemory.cached(4000, recorder, background=True)
+    assert type(memory) is AsyncRollingMemory
+    assert (memory.max_tokens, memory.target_tokens, memory.background) == (4000, 479, True)
 
 
 def test_the_window_is_a_validated_property() -> None:

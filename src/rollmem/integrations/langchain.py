@@ -36,6 +36,7 @@ from ..counters import counter_identity, words
 from ..errors import InvalidStateError, MissingExtraError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+from ..policies import cached_target
 
 _PACKAGES = {"langchain": "langchain", "langchain_core": "langchain-core", "langgraph": "langgraph"}
 
@@ -291,7 +292,7 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
         if not isinstance(prune_folded, bool):
             raise TypeError(f"prune_folded: expected bool, got {v.type_name(prune_folded)}")
         self.max_tokens = max_tokens
-        self.target_tokens = target_tokens
+        self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
         self.summarize_fn = summarize_fn
         self.token_counter = token_counter
         self.pin = pin

@@ -34,7 +34,7 @@ from ..adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, responses_items, to_openai_responses
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import SYSTEM, Message
-from ..policies import unit_spans
+from ..policies import cached_target, unit_spans
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
 
@@ -183,8 +183,9 @@ class RollingSession:
         self.archive = archive
 
         def factory() -> AsyncRollingMemory:
+            target = cached_target(max_tokens) if target_tokens is None else target_tokens
             return AsyncRollingMemory(
-                max_tokens, summarize_fn, token_counter, target_tokens=target_tokens, on_evict=self._evicted
+                max_tokens, summarize_fn, token_counter, target_tokens=target, on_evict=self._evicted
             )
 
         memory = factory()  # checks the arguments now

@@ -98,6 +98,7 @@ from ..changes import Dropped, Folded
 from ..errors import InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+from ..policies import cached_target
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store
 
@@ -522,7 +523,8 @@ class RollingHistory:
     ) -> None:
         _import()
         self.__annotations__ = _bind_run_context()
-        self._settings = (max_tokens, summarize_fn, token_counter, target_tokens)
+        target = cached_target(max_tokens) if target_tokens is None else target_tokens
+        self._settings = (max_tokens, summarize_fn, token_counter, target)
         self._memory()  # checks every argument now
         if store is None:
             store = MemoryStore()

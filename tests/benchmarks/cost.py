@@ -1,0 +1,681 @@
+"""What each memory costs to run: billed input tokens under provider prompt caching (issue 18).
+
+Run ``python tests/benchmarks/cost.py [--quick] [--provider anthropic-5m] [--plot PATH] [--json]``
+from a clone with ``pip install -e ".[bench]"``. Deterministic: no timing, the same numbers on every
+machine (``--quick`` runs shorter horizons and fewer budgets, for CI).
+
+The workload (:mod:`cost_workload`) is a long tool-calling support conversation with a 1,186-token
+system prompt; each model call (one before every assistant message) sends the system prompt, then
+what the memory gives the model. Every memory gets the same token counter (BPE, ``cl100k_base``),
+the same budget and the same fake summarizer (a canned ~150-token summary numbered by call, so two
+summaries never share a cache entry); each library sends it its own summarization prompt.
+
+Billing (:mod:`pricing`): a request's longest whole-message prefix shared with a request sent within
+the cache lifetime is billed at the cache-read price, the rest at the write price; each summarizer
+call is billed as plain input plus its summary at the output price. Reported per memory, budget and
+horizon: billed input-token equivalents, cache-hit fraction (of the requests' prompt tokens),
+summarizer calls, mean and minimum conversation tokens per request (everything after the system
+prompt, the summary included; the minimum counts only requests once the full history exceeds the
+budget) and the largest request.
+
+The peers are driven for real: LangChain v1 ``SummarizationMiddleware`` (its documented settings:
+keep the last 20 messages, its default prompt and trimming; ``trigger=("tokens", budget)``; its
+``before_model`` hook runs before every model call and its state update is applied with LangGraph's
+``add_messages`` reducer), LlamaIndex ``ChatSummaryMemoryBuffer`` (``get()`` before each call),
+langchain-classic ``ConversationSummaryBufferMemory`` (``prune()`` after each message), keep-last-N
+(langchain-core ``trim_messages``: the newest messages within the budget, starting on a user turn)
+and no memory (the whole history). rollmem's ``RollingMemoryMiddleware`` is driven the same way as
+``SummarizationMiddleware`` (``before_model``, then ``wrap_model_call`` captures what it sends).
+
+Goal lines (issue 18): at 500 and 2,000 turns and every budget, rollmem's recommended configuration
+(``RollingMemory.cached``) and ``RollingMemoryMiddleware`` at its defaults bill at most 0.9x the
+cheapest peer while keeping at least 0.9x that peer's mean conversation tokens per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import counters
+from cost_workload import SYSTEM_PROMPT, timed_turns
+from peers import CANNED_SUMMARY, FakeSummarizer, LangChainPeer, _langchain_llm, _llama_llm
+from pricing import DEFAULT_PROVIDER, PRICES, Pricing
+
+from rollmem import ASSISTANT, RollingMemory
+from rollmem.message import Message
+from rollmem.summarizers import prompt_summarizer
+
+FULL_HORIZONS = (100, 500, 2000)
+FULL_BUDGETS = (1000, 2000, 4000, 8000)
+QUICK_HORIZONS = (100, 300)
+QUICK_BUDGETS = (2000, 4000)
+GOAL_HORIZONS = (500, 2000)
+GOAL_COST = 0.9
+GOAL_CONTEXT = 0.9
+SUMMARY_TEXT = " ".join([CANNED_SUMMARY] * 3)  # ~150 tokens, a realistic running summary
+
+Counter = Callable[[str], int]
+Block = tuple[str, str]  # (role, text): one message of a request, the unit of prefix matching
+
+
+# -- what is billed -------------------------------------------------------------------------------
+
+
+class Summarizer(FakeSummarizer):
+    """The fake summarizer: records each prompt; returns the canned summary, numbered by call."""
+
+    def record(self, prompt: str) -> str:
+        super().record(prompt)
+        return f"{SUMMARY_TEXT} (summary {self.calls})"
+
+
+class PrefixCache:
+    """Prompt caching as providers bill it: the longest cached prefix of whole messages is a hit."""
+
+    def __init__(self, lifetime_s: float, keep: int = 16) -> None:
+        self.lifetime_s = lifetime_s
+        self.keep = keep
+        self.entries: list[list[Any]] = []  # [expiry second, tuple of blocks]
+
+    def hit(self, now: float, blocks: tuple[Block, ...]) -> int:
+        """How many leading blocks of ``blocks`` are cached at ``now``; caches ``blocks``."""
+        live = [e for e in self.entries if e[0] >= now]
+        best, best_entry = 0, None
+        for entry in live:
+            cached = entry[1]
+            n = len(cached)
+            if n <= len(blocks) and blocks[:n] == cached:
+                shared = n
+            else:
+                shared = 0
+                for a, b in zip(cached, blocks):
+                    if a != b:
+                        break
+                    shared += 1
+            if shared > best:
+                best, best_entry = shared, entry
+        if best_entry is not None:
+            best_entry[0] = now + self.lifetime_s  # a read refreshes the entry's lifetime
+        live.append([now + self.lifetime_s, blocks])
+        self.entries = live[-self.keep :]
+        return best
+
+
+@dataclass
+class Totals:
+    """Running totals of one memory; ``snapshot`` freezes them at a horizon."""
+
+    billed: float = 0.0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    requests: int = 0
+    context_sum: int = 0
+    context_min: Optional[int] = None
+    largest: int = 0
+    cumulative: list[float] = field(default_factory=list)  # billed after each turn
+
+    def snapshot(self, summarizer: Summarizer, summary_output: int, pricing: Pricing) -> dict[str, Any]:
+        billed = self.billed + summarizer.tokens + summary_output * pricing.output
+        return {
+            "billed": round(billed),
+            "cache_hit": self.hit_tokens / max(1, self.prompt_tokens),
+            "summarizer_calls": summarizer.calls,
+            "summarizer_tokens": summarizer.tokens,
+            "mean_context": self.context_sum / max(1, self.requests),
+            "min_context": self.context_min or 0,
+            "largest_request": self.largest,
+            "requests": self.requests,
+        }
+
+
+# -- the memories ---------------------------------------------------------------------------------
+
+
+class Driver:
+    """One memory: ``add`` each message as it happens, ``request`` before each model call."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        self.budget = budget
+        self.count = count
+        self.summarizer = summarizer
+
+    def add(self, message: Message, now: float) -> None:
+        raise NotImplementedError
+
+    def request(self, now: float) -> list[Block]:
+        """The messages the model gets after the system prompt (the summary first, if any)."""
+        raise NotImplementedError
+
+
+def _block(message: Message) -> Block:
+    return (message.role, message.token_text())
+
+
+class Rollmem(Driver):
+    """``RollingMemory`` with the bundled ``prompt_summarizer``; ``target`` picks the configuration."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, target: Optional[int]) -> None:
+        super().__init__(budget, count, summarizer)
+        summarize = prompt_summarizer(summarizer.record)
+        self.memory = RollingMemory(budget, summarize, count, target_tokens=target)
+
+    def add(self, message: Message, now: float) -> None:
+        self.memory.extend([message])
+
+    def request(self, now: float) -> list[Block]:
+        return [_block(m) for m in self.memory.get_messages()]
+
+
+class RollmemCached(Rollmem):
+    """The recommended configuration: ``RollingMemory.cached(budget, ...)``."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        Driver.__init__(self, budget, count, summarizer)
+        self.memory = RollingMemory.cached(budget, prompt_summarizer(summarizer.record), count)
+
+
+class RollmemIdleFold(Rollmem):
+    """Issue 18 item 5, measured here only: ``target_tokens`` = ``target`` x the budget, and after
+    an idle pause longer than the cache lifetime (the cache is cold anyway) a buffer over
+    ``cold`` x the budget folds down to it before the request is sent."""
+
+    def __init__(
+        self,
+        budget: int,
+        count: Counter,
+        summarizer: Summarizer,
+        lifetime_s: float,
+        target: float,
+        cold: float,
+    ) -> None:
+        super().__init__(budget, count, summarizer, max(1, int(budget * target)))
+        self.lifetime_s = lifetime_s
+        self.low = max(1, int(budget * cold))
+        self.last = 0.0
+
+    def add(self, message: Message, now: float) -> None:
+        cold = now - self.last > self.lifetime_s
+        self.last = now
+        memory = self.memory
+        if cold and (memory.stats().buffer_tokens or 0) > self.low:
+            memory.max_tokens = self.low  # the next add folds down to min(target, low)
+            try:
+                memory.extend([message])
+            finally:
+                memory.max_tokens = self.budget
+        else:
+            memory.extend([message])
+
+
+def _lc_convert(messages: Sequence[Message]) -> list[Any]:
+    return LangChainPeer.convert(None, messages)  # type: ignore[arg-type]
+
+
+def _lc_counter(count: Counter) -> Callable[[Sequence[Any]], int]:
+    """A LangChain ``token_counter``: the shared counter on each message's rollmem token text."""
+    from rollmem.adapters.langchain import from_langchain
+
+    seen: dict[int, tuple[Any, int]] = {}  # id -> (message kept alive, tokens)
+
+    def tokens(message: Any) -> int:
+        hit = seen.get(id(message))
+        if hit is None or hit[0] is not message:
+            hit = seen[id(message)] = (message, count(from_langchain([message])[0].token_text()))
+        return hit[1]
+
+    def count_messages(messages: Sequence[Any]) -> int:
+        return sum(tokens(m) for m in messages)
+
+    return count_messages
+
+
+def _lc_blocks(messages: Sequence[Any]) -> list[Block]:
+    from rollmem.adapters.langchain import from_langchain
+
+    return [_block(m) for m in from_langchain(messages)]
+
+
+class _LangGraphState(Driver):
+    """A driver holding LangGraph-style agent state (``state["messages"]`` and middleware keys)."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        super().__init__(budget, count, summarizer)
+        self.state: dict[str, Any] = {"messages": []}
+        self.added = 0
+
+    def add(self, message: Message, now: float) -> None:
+        (native,) = _lc_convert([message])
+        self.added += 1
+        native.id = f"m{self.added}"  # unique: add_messages replaces a message with the same id
+        self.state["messages"] = [*self.state["messages"], native]
+
+    def _apply(self, update: Optional[dict[str, Any]]) -> None:
+        from langgraph.graph.message import add_messages
+
+        for key, value in (update or {}).items():
+            if key == "messages":
+                self.state["messages"] = add_messages(self.state["messages"], value)
+            else:
+                self.state[key] = value
+
+
+def _summary_chat_model(summarizer: Summarizer) -> Any:
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, get_buffer_string
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class FakeSummaryChatModel(BaseChatModel):
+        """Offline chat model: the prompt goes to the fake summarizer, its summary comes back."""
+
+        summarizer: Any
+
+        @property
+        def _llm_type(self) -> str:
+            return "rollmem-bench-fake-chat"
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+            text = self.summarizer.record(get_buffer_string(messages))
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+
+    return FakeSummaryChatModel(summarizer=summarizer)
+
+
+class LangChainSummarization(_LangGraphState):
+    """LangChain v1 ``SummarizationMiddleware``, documented settings, ``trigger`` at the budget."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        from langchain.agents.middleware import SummarizationMiddleware
+
+        super().__init__(budget, count, summarizer)
+        self.middleware = SummarizationMiddleware(
+            _summary_chat_model(summarizer), trigger=("tokens", budget), token_counter=_lc_counter(count)
+        )
+
+    def request(self, now: float) -> list[Block]:
+        self._apply(self.middleware.before_model(self.state, None))  # type: ignore[arg-type]
+        return _lc_blocks(self.state["messages"])
+
+
+class RollmemMiddleware(_LangGraphState):
+    """rollmem's ``RollingMemoryMiddleware`` at its defaults (only the budget, summarizer, counter)."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        from rollmem.integrations.langchain import RollingMemoryMiddleware
+
+        super().__init__(budget, count, summarizer)
+        self.middleware = RollingMemoryMiddleware(budget, prompt_summarizer(summarizer.record), count)
+        self.model = _summary_chat_model(summarizer)
+
+    def request(self, now: float) -> list[Block]:
+        from langchain.agents.middleware import ModelRequest
+
+        self._apply(self.middleware.before_model(self.state, None))  # type: ignore[arg-type]
+        request = ModelRequest(model=self.model, messages=list(self.state["messages"]), state=self.state)
+        seen: list[Any] = []
+        self.middleware.wrap_model_call(request, lambda r: seen.append(r.messages))  # type: ignore[arg-type,func-returns-value]
+        return _lc_blocks(seen[0])
+
+
+class ClassicSummaryBuffer(Driver):
+    """langchain-classic ``ConversationSummaryBufferMemory`` (``max_token_limit`` = the budget)."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        super().__init__(budget, count, summarizer)
+        self.peer = LangChainPeer(budget, count, summarizer)
+        self.peer.memory.llm = _langchain_llm(count, summarizer)
+
+    def add(self, message: Message, now: float) -> None:
+        self.peer.add(_lc_convert([message])[0])
+
+    def request(self, now: float) -> list[Block]:
+        return _lc_blocks(self.peer.memory.load_memory_variables({})["history"])
+
+
+class LlamaIndexSummaryBuffer(Driver):
+    """LlamaIndex ``ChatSummaryMemoryBuffer`` (``token_limit`` = the budget), ``get()`` per call."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        from llama_index.core.memory import ChatSummaryMemoryBuffer
+
+        super().__init__(budget, count, summarizer)
+        self.originals: dict[str, Message] = {}
+
+        def tokenize(text: str) -> range:  # only len() of the result is used
+            return range(count(text))
+
+        self.memory = ChatSummaryMemoryBuffer.from_defaults(
+            llm=_llama_llm(summarizer), token_limit=budget, tokenizer_fn=tokenize
+        )
+
+    def add(self, message: Message, now: float) -> None:
+        from peers import LlamaIndexPeer
+
+        (native,) = LlamaIndexPeer.convert(None, [message])  # type: ignore[arg-type]
+        self.originals[native.content] = message
+        self.memory.put(native)
+
+    def request(self, now: float) -> list[Block]:
+        out: list[Block] = []
+        for native in self.memory.get():
+            original = self.originals.get(native.content)
+            out.append(_block(original) if original is not None else ("system", str(native.content)))
+        return out
+
+
+class KeepLast(Driver):
+    """Keep-last-N: langchain-core ``trim_messages``, the newest messages within the budget."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        super().__init__(budget, count, summarizer)
+        self.messages: list[Any] = []
+        self.counter = _lc_counter(count)
+
+    def add(self, message: Message, now: float) -> None:
+        self.messages.extend(_lc_convert([message]))
+
+    def request(self, now: float) -> list[Block]:
+        from langchain_core.messages import trim_messages
+
+        tail, total = len(self.messages), 0  # trim only a tail holding more than the budget
+        while tail > 0 and total <= self.budget:
+            tail -= 1
+            total += self.counter(self.messages[tail : tail + 1])
+        kept = trim_messages(
+            self.messages[max(0, tail - 1) :],
+            max_tokens=self.budget,
+            token_counter=self.counter,
+            strategy="last",
+            start_on="human",
+        )
+        return _lc_blocks(kept)
+
+
+class NoMemory(Driver):
+    """The whole history, every time."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        super().__init__(budget, count, summarizer)
+        self.blocks: list[Block] = []
+
+    def add(self, message: Message, now: float) -> None:
+        self.blocks.append(_block(message))
+
+    def request(self, now: float) -> list[Block]:
+        return list(self.blocks)
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+Factory = Callable[[int, Counter, Summarizer, Pricing], Driver]
+
+
+def _target(percent: int) -> Factory:
+    return lambda b, c, s, p: Rollmem(b, c, s, max(1, b * percent // 100))
+
+
+MEMORIES: dict[str, tuple[str, Factory]] = {
+    "cached": ("rollmem RollingMemory.cached (recommended)", lambda b, c, s, p: RollmemCached(b, c, s)),
+    "middleware": (
+        "rollmem RollingMemoryMiddleware, defaults",
+        lambda b, c, s, p: RollmemMiddleware(b, c, s),
+    ),
+    "defaults": ("rollmem RollingMemory() defaults", lambda b, c, s, p: Rollmem(b, c, s, None)),
+    "target90": ("rollmem target_tokens 90%", _target(90)),
+    "target80": ("rollmem target_tokens 80%", _target(80)),
+    "target75": ("rollmem target_tokens 75%", _target(75)),
+    "target50": ("rollmem target_tokens 50%", _target(50)),
+    "target40": ("rollmem target_tokens 40%", _target(40)),
+    "target33": ("rollmem target_tokens 33%", _target(33)),
+    "target25": ("rollmem target_tokens 25%", _target(25)),
+    "target15": ("rollmem target_tokens 15%", _target(15)),
+    "target10": ("rollmem target_tokens 10%", _target(10)),
+    "cold25": (
+        "rollmem target 50% + fold to 25% when cold",
+        lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5, 0.25),
+    ),
+    "cold30": (
+        "rollmem target 50% + fold to 30% when cold",
+        lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5, 0.30),
+    ),
+    "lc_summarization": (
+        "LangChain v1 SummarizationMiddleware",
+        lambda b, c, s, p: LangChainSummarization(b, c, s),
+    ),
+    "llamaindex": ("LlamaIndex ChatSummaryMemoryBuffer", lambda b, c, s, p: LlamaIndexSummaryBuffer(b, c, s)),
+    "lc_classic": (
+        "langchain-classic ConversationSummaryBufferMemory",
+        lambda b, c, s, p: ClassicSummaryBuffer(b, c, s),
+    ),
+    "keep_last": ("keep-last-N (trim_messages)", lambda b, c, s, p: KeepLast(b, c, s)),
+    "none": ("no memory (full history)", lambda b, c, s, p: NoMemory(b, c, s)),
+}
+PEERS = ("lc_summarization", "llamaindex", "lc_classic", "keep_last", "none")
+CANDIDATES = ("cached", "middleware")
+FULL_MEMORIES = (
+    "cached",
+    "middleware",
+    "defaults",
+    "target50",
+    "target25",
+    "target10",
+    "cold25",
+    "cold30",
+    "lc_summarization",
+    "llamaindex",
+    "lc_classic",
+    "keep_last",
+    "none",
+)
+QUICK_MEMORIES = (
+    "cached",
+    "middleware",
+    "defaults",
+    "lc_summarization",
+    "llamaindex",
+    "lc_classic",
+    "keep_last",
+    "none",
+)
+
+
+def run_one(
+    key: str,
+    budget: int,
+    turns: Sequence[Sequence[tuple[float, Message]]],
+    horizons: Sequence[int],
+    count: Counter,
+    pricing: Pricing,
+) -> dict[int, dict[str, Any]]:
+    """Feed ``turns`` to one memory; its figures at each horizon (a number of turns)."""
+    summarizer = Summarizer(count)
+    driver = MEMORIES[key][1](budget, count, summarizer, pricing)
+    cache = PrefixCache(pricing.lifetime_s)
+    system: Block = ("system", SYSTEM_PROMPT)
+    system_tokens = count(SYSTEM_PROMPT)
+    totals = Totals()
+    history_tokens = 0
+    calls_seen = 0
+    summary_output = 0
+    out: dict[int, dict[str, Any]] = {}
+    for turn_no, turn in enumerate(turns, 1):
+        for now, message in turn:
+            if message.role == ASSISTANT:
+                blocks = (system, *driver.request(now))
+                costs = [system_tokens] + [count(text) for _, text in blocks[1:]]
+                hit = sum(costs[: cache.hit(now, blocks)])
+                size = sum(costs)
+                totals.billed += hit * pricing.read + (size - hit) * pricing.write
+                totals.prompt_tokens += size
+                totals.hit_tokens += hit
+                totals.requests += 1
+                context = size - system_tokens
+                totals.context_sum += context
+                if history_tokens > budget:
+                    m = totals.context_min
+                    totals.context_min = context if m is None else min(m, context)
+                totals.largest = max(totals.largest, size)
+            driver.add(message, now)
+            history_tokens += count(message.token_text())
+        if summarizer.calls != calls_seen:
+            summary_output += (summarizer.calls - calls_seen) * count(f"{SUMMARY_TEXT} (summary 1)")
+            calls_seen = summarizer.calls
+        totals.cumulative.append(totals.billed + summarizer.tokens + summary_output * pricing.output)
+        if turn_no in horizons:
+            out[turn_no] = totals.snapshot(summarizer, summary_output, pricing)
+            out[turn_no]["cumulative"] = list(totals.cumulative)
+    return out
+
+
+def _goal_lines(
+    results: dict[tuple[str, int], dict[int, dict[str, Any]]], budgets: Sequence[int], horizons: Sequence[int]
+) -> tuple[list[str], bool]:
+    lines: list[str] = []
+    ok = any(cand in CANDIDATES for cand, _ in results)
+    for horizon in horizons:
+        for budget in budgets:
+            peers = [(results[(p, budget)][horizon], p) for p in PEERS if (p, budget) in results]
+            if not peers:
+                continue
+            cheapest, name = min(peers, key=lambda x: x[0]["billed"])
+            for cand in CANDIDATES:
+                if (cand, budget) not in results:
+                    continue
+                mine = results[(cand, budget)][horizon]
+                cost = mine["billed"] / cheapest["billed"]
+                ctx = mine["mean_context"] / max(1e-9, cheapest["mean_context"])
+                good = cost <= GOAL_COST and ctx >= GOAL_CONTEXT
+                ok = ok and good
+                lines.append(
+                    f"{'PASS' if good else 'FAIL'} {horizon:>5} turns, budget {budget:>5}: "
+                    f"{MEMORIES[cand][0]} bills {cost:.2f}x the cheapest peer ({MEMORIES[name][0]}; "
+                    f"goal <= {GOAL_COST}x) with {ctx:.2f}x its mean context (goal >= {GOAL_CONTEXT}x)"
+                )
+    return lines, ok
+
+
+def _table(
+    results: dict[tuple[str, int], dict[int, dict[str, Any]]], keys: Sequence[str], budget: int, horizon: int
+) -> str:
+    head = (
+        "| memory | billed | vs cheapest peer | cache hit | summarizer calls | mean context "
+        "| min context | largest request |\n|---|--:|--:|--:|--:|--:|--:|--:|"
+    )
+    peers = [results[(p, budget)][horizon]["billed"] for p in PEERS if (p, budget) in results]
+    floor = min(peers) if peers else 1
+    rows = [head]
+    for key in keys:
+        if (key, budget) not in results:
+            continue
+        r = results[(key, budget)][horizon]
+        rows.append(
+            f"| {MEMORIES[key][0]} | {r['billed'] / 1e6:.3f}M | {r['billed'] / floor:.2f}x | "
+            f"{r['cache_hit']:.0%} | {r['summarizer_calls']} | {r['mean_context']:.0f} | "
+            f"{r['min_context']} | {r['largest_request']} |"
+        )
+    return "\n".join(rows)
+
+
+def plot(
+    results: dict[tuple[str, int], dict[int, dict[str, Any]]],
+    keys: Sequence[str],
+    budget: int,
+    horizon: int,
+    path: str,
+    provider: str,
+) -> None:
+    """Cumulative billed tokens against turns, one line per memory (matplotlib, the bench extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    colors = plt.get_cmap("tab20").colors
+    for n, key in enumerate(k for k in keys if (k, budget) in results):
+        series = results[(key, budget)][horizon]["cumulative"]
+        style = "--" if key in PEERS else "-"  # peers dashed, rollmem solid
+        width = 2.4 if key in CANDIDATES else 1.3
+        ax.plot(
+            range(1, len(series) + 1),
+            [v / 1e6 for v in series],
+            style,
+            color=colors[(2 * n) % 20 + (n // 10) % 2],
+            linewidth=width,
+            label=MEMORIES[key][0],
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("turns")
+    ax.set_ylabel("cumulative billed input-token equivalents (millions, log scale)")
+    ax.set_title(f"Billed cost per memory, budget {budget} tokens, {provider} prices")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short horizons and two budgets (CI)")
+    parser.add_argument("--provider", choices=sorted(PRICES), default=DEFAULT_PROVIDER)
+    parser.add_argument("--counter", choices=("bpe", "words"), default="bpe")
+    parser.add_argument("--budgets", type=int, nargs="*", help="token budgets (default: by mode)")
+    parser.add_argument("--horizons", type=int, nargs="*", help="turn counts (default: by mode)")
+    parser.add_argument("--memories", nargs="*", choices=sorted(MEMORIES), help="default: by mode")
+    parser.add_argument("--plot", help="write the cumulative-cost PNG here (budget 2000, longest horizon)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    args = parser.parse_args(argv)
+    budgets = args.budgets or (QUICK_BUDGETS if args.quick else FULL_BUDGETS)
+    horizons = sorted(args.horizons or (QUICK_HORIZONS if args.quick else FULL_HORIZONS))
+    keys = args.memories or (QUICK_MEMORIES if args.quick else FULL_MEMORIES)
+    pricing = PRICES[args.provider]
+    cache: dict[str, int] = {}
+    base = counters.make(args.counter)
+
+    def count(text: str) -> int:
+        n = cache.get(text)
+        if n is None:
+            n = cache[text] = base(text)
+        return n
+
+    started = time.perf_counter()
+    turns = timed_turns(horizons[-1])
+    results: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for budget in budgets:
+        for key in keys:
+            results[(key, budget)] = run_one(key, budget, turns, horizons, count, pricing)
+    print(
+        f"rollmem cost benchmark: {args.provider} prices ({pricing.source}: write {pricing.write}x, "
+        f"read {pricing.read}x, output {pricing.output}x, cache lifetime {pricing.lifetime_s:.0f} s), "
+        f"{args.counter} counter, system prompt {count(SYSTEM_PROMPT)} tokens"
+    )
+    for horizon in horizons:
+        for budget in budgets:
+            print(f"\n### {horizon} turns, budget {budget} tokens\n")
+            print(_table(results, keys, budget, horizon))
+    goal_horizons = [h for h in horizons if h in GOAL_HORIZONS] or horizons[-1:]
+    lines, ok = _goal_lines(results, budgets, goal_horizons)
+    print()
+    print("\n".join(lines))
+    if args.plot:
+        plot_budget = 2000 if 2000 in budgets else budgets[0]
+        plot(results, keys, plot_budget, horizons[-1], args.plot, args.provider)
+        print(f"\nplot written to {args.plot}")
+    if args.json:
+        slim = {
+            f"{key}/{budget}": {h: {k: v for k, v in r.items() if k != "cumulative"} for h, r in runs.items()}
+            for (key, budget), runs in results.items()
+        }
+        print(json.dumps(slim, indent=1))
+    print(f"\n{'goal met' if ok else 'goal NOT met'} ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
