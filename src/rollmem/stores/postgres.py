@@ -20,8 +20,18 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
-from ..errors import ConflictError, InvalidStateError, MissingExtraError, StoreUnavailableError
-from ._common import check_load, check_prefix, check_session_id, check_write, new_head, shown, write_conflict
+from .._extras import import_extra
+from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
+from ._common import (
+    Closing,
+    check_load,
+    check_prefix,
+    check_session_id,
+    check_write,
+    new_head,
+    shown,
+    write_conflict,
+)
 from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
 from ._whole import decode
 
@@ -55,16 +65,9 @@ _LOAD = _LOAD_UNION + " ORDER BY 8 NULLS FIRST"
 
 
 def _import_driver() -> ModuleType:
-    try:
-        import psycopg
-        import psycopg.sql
-    except ImportError as exc:
-        raise MissingExtraError("psycopg", "postgres", "PostgresStore") from exc
-    try:
-        import psycopg_pool  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError("psycopg_pool", "postgres", "PostgresStore") from exc
-    return psycopg
+    import_extra("psycopg.sql", package="psycopg", extra="postgres", feature="PostgresStore")
+    import_extra("psycopg_pool", package="psycopg_pool", extra="postgres", feature="PostgresStore")
+    return import_extra("psycopg", package="psycopg", extra="postgres", feature="PostgresStore")
 
 
 def _check_table(table: object) -> list[str]:
@@ -228,7 +231,7 @@ class _NoTransaction:
         return None
 
 
-class PostgresStore:
+class PostgresStore(Closing):
     """A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`)
     in PostgreSQL, shared by every process that reaches the server.
 

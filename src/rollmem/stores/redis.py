@@ -24,9 +24,11 @@ from itertools import repeat
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from .._extras import import_extra
 from .._validate import type_name
-from ..errors import ConflictError, InvalidStateError, MissingExtraError, StoreUnavailableError
+from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
 from ._common import (
+    Closing,
     apply_write,
     check_load,
     check_prefix,
@@ -261,18 +263,21 @@ def _register(client: Any) -> Any:
     return (client.register_script(_LOAD_SCRIPT), client.register_script(_WRITE_SCRIPT))
 
 
+_REDIS_MODULES = (
+    "redis",
+    "redis.asyncio",
+    "redis.asyncio.cluster",
+    "redis.asyncio.retry",
+    "redis.backoff",
+    "redis.cluster",
+    "redis.retry",
+)
+
+
 def _import_redis() -> ModuleType:
-    try:
-        import redis
-        import redis.asyncio
-        import redis.asyncio.cluster
-        import redis.asyncio.retry
-        import redis.backoff
-        import redis.cluster
-        import redis.retry
-    except ImportError as exc:
-        raise MissingExtraError("redis", "redis", "RedisStore") from exc
-    return redis
+    for name in _REDIS_MODULES[1:]:
+        import_extra(name, package="redis", extra="redis", feature="RedisStore")
+    return import_extra("redis", package="redis", extra="redis", feature="RedisStore")
 
 
 def _text(value: Union[bytes, str]) -> str:
@@ -302,7 +307,7 @@ def _decode_id(encoded: str) -> str:
     return _ID_UNESCAPED.sub(lambda match: chr(int(match.group(1), 16)), encoded)
 
 
-class RedisStore:
+class RedisStore(Closing):
     """A session store in Redis or Redis Cluster, shared by every process that reaches it.
 
     ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` or

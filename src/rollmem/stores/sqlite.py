@@ -17,6 +17,7 @@ from typing import Optional, Union
 from .. import _validate as v
 from ..errors import StoreUnavailableError
 from ._common import (
+    Closing,
     check_load,
     check_prefix,
     check_session_id,
@@ -112,7 +113,7 @@ _LEGACY_IDS = (
 _LEGACY_PURGE = f'DELETE FROM {_LEGACY} WHERE "expires_at" IS NOT NULL AND "expires_at" <= ?'
 
 
-class SQLiteStore:
+class SQLiteStore(Closing):
     """Sessions in an SQLite database, standard library only: a log store.
 
     ``path`` is a database file (created when missing) or ``":memory:"`` for a private
