@@ -279,8 +279,11 @@ def test_a_session_block_with_a_rejected_add_still_saves(tmp_path: Any) -> None:
 
 def test_a_session_id_with_a_lone_surrogate_is_rejected() -> None:
     sessions = Sessions(MemoryStore(), BufferMemory)
-    with pytest.raises(ValueError, match=r"^session_id: not valid Unicode"), sessions.open(HALF_EMOJI):
+    wording = r"^session_id must be valid Unicode \(lone surrogate at index 0\)$"
+    with pytest.raises(ValueError, match=wording), sessions.open(HALF_EMOJI):
         pass
+    with pytest.raises(ValueError, match=wording):
+        MemoryStore().load(HALF_EMOJI)
 
 
 # -- sessions: options and stored state --------------------------------------------------------

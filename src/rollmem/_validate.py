@@ -96,6 +96,29 @@ def check_str(name: str, value: object, *, allow_empty: bool = True) -> str:
     return value
 
 
+def check_storable(name: str, value: object, *, allow_empty: bool = True) -> str:
+    """``value`` if it is a ``str`` every store can keep: no NUL character and no lone surrogate
+    (``"name must not contain NUL characters"``, ``"name must be valid Unicode (lone surrogate
+    at index 3)"``, both ``ValueError``)."""
+    text = check_str(name, value, allow_empty=allow_empty)
+    if "\x00" in text:
+        raise ValueError(f"{name} must not contain NUL characters")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            problem = f"lone surrogate at index {error.start}"
+            raise ValueError(f"{name} must be valid Unicode ({problem})") from None
+    return text
+
+
+def check_session_id(value: object, name: str = "session_id") -> str:
+    """The one session id rule, used by sessions, every store and the integrations: ``value``
+    if it is a non-empty ``str`` without NUL characters or lone surrogates; else ``TypeError``
+    / ``ValueError`` in the wording of :func:`check_storable`. Any length is accepted."""
+    return check_storable(name, value, allow_empty=False)
+
+
 def check_bool(name: str, value: object) -> bool:
     """``value`` if it is a ``bool``."""
     if not isinstance(value, bool):

@@ -14,8 +14,8 @@ import math
 from typing import Any, Optional
 
 from . import _validate as v
+from ._extras import import_extra
 from ._types import TokenCounter
-from .errors import MissingExtraError
 
 __all__ = ["DEFAULT_ENCODING", "chars", "counter_identity", "tiktoken_counter", "words"]
 
@@ -113,10 +113,7 @@ def tiktoken_counter(
         if value is not None:
             v.check_str(name, value)
     v.check_int("overhead", overhead, 0)
-    try:
-        import tiktoken
-    except ImportError as error:
-        raise MissingExtraError("tiktoken", "tiktoken", "tiktoken_counter") from error
+    tiktoken = import_extra("tiktoken", package="tiktoken", extra="tiktoken", feature="tiktoken_counter")
     if model is not None:
         try:
             loaded = tiktoken.encoding_for_model(model)

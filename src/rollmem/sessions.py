@@ -243,18 +243,34 @@ class _LiveCache:
         with self._lock:
             self._entries.pop(session_id, None)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
 
 # -- validation -------------------------------------------------------------------------------------
 
 
-def _check_session_id(session_id: object) -> str:
-    return v.check_text(v.check_str("session_id", session_id, allow_empty=False), "session_id")
+_check_session_id = v.check_session_id
 
 
 def _check_options(ttl: object, max_retries: object, cache_size: object) -> None:
     v.check_ttl(ttl)
     v.check_int("max_retries", max_retries, 0)
     v.check_int("cache_size", cache_size, 0)
+
+
+_SYNC_UPDATE = "Sessions.update calls fn without awaiting it; use AsyncSessions.update"
+
+
+def _refuse_awaitable(result: object) -> None:
+    """Raise ``TypeError`` (inside the block: nothing is written) when ``fn`` returned an
+    awaitable; a coroutine is closed first, so it never warns that it was not awaited."""
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()
+        raise TypeError(f"fn returned an awaitable ({type(result).__name__}): {_SYNC_UPDATE}")
 
 
 class _Lost(Exception):
@@ -514,15 +530,19 @@ class Sessions(_SessionsBase[M]):
         """Run ``fn(memory)`` in an ``open`` block and return its result; when another writer
         wrote first, load the latest state and run ``fn`` again on it (up to ``max_retries``
         times), instead of redoing the first run's changes. Use it for changes that assign
-        ``summary`` or ``buffer``: ``fn`` may run more than once and must only change the memory."""
+        ``summary`` or ``buffer``: ``fn`` may run more than once and must only change the memory.
+        ``fn`` must be a plain function: a coroutine function (or an ``fn`` that returns an
+        awaitable) raises ``TypeError`` and nothing is written; use :meth:`AsyncSessions.update`."""
         _check_session_id(session_id)
         if not callable(fn):
             raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+        v.check_not_coroutine("fn", fn, _SYNC_UPDATE)
         retries = 0
         while True:
             try:
                 with self._block(session_id, redo=False) as memory:
                     result = fn(memory)
+                    _refuse_awaitable(result)
                 return result
             except _Lost as lost:
                 retries = self._count_retry(session_id, retries, lost.__cause__)
@@ -559,6 +579,18 @@ class Sessions(_SessionsBase[M]):
     def purge_expired(self) -> int:
         """Remove the expired sessions from the store now; returns how many went."""
         return self._log.purge_expired()
+
+    def close(self) -> None:
+        """Drop the live memories this object keeps. The store is not closed: it was given, so
+        it stays the caller's to close (``with SQLiteStore(path) as store:``). Closing twice is
+        harmless; the object stays usable, with an empty cache."""
+        self._live.clear()
+
+    def __enter__(self) -> Sessions[M]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _run(self, flow: _Flow[_T]) -> _T:
         done, item = _advance(flow, None, None)
@@ -715,6 +747,17 @@ class AsyncSessions(_SessionsBase[M]):
     async def purge_expired(self) -> int:
         """Remove the expired sessions from the store now; returns how many went."""
         return await self._log.apurge_expired()
+
+    async def aclose(self) -> None:
+        """Drop the live memories this object keeps; like :meth:`Sessions.close`, the store
+        given stays open (``async with store:`` closes a store)."""
+        self._live.clear()
+
+    async def __aenter__(self) -> AsyncSessions[M]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def _run(self, flow: _Flow[_T]) -> _T:
         done, item = _advance(flow, None, None)

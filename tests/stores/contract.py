@@ -17,6 +17,7 @@ it, with blocking or awaited calls. Server backends get ``service_url`` (skip, o
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import multiprocessing
 import os
@@ -692,6 +693,33 @@ class _LogContract:
         assert (yield call("ids")) == sorted(ODD_IDS)
 
     @scenario
+    def test_long_session_ids(self) -> Scenario:
+        """Ids of any length are kept whole: 3,004 characters that do not compress (beyond what a
+        PostgreSQL index row holds), a 20,000-character one, ids that share a long prefix."""
+        noise = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(60))
+        long_ids = [noise[:3004], "é" * 20_000, noise[:3004] + "-b", noise[:3000]]
+        for number, session_id in enumerate(long_ids):
+            head = yield call("write", session_id, create(f"m{number}", summary=f"s{number}"))
+            head = yield call("write", session_id, append(head, "later"))
+            fold = LogWrite(
+                head.incarnation, (entry("new"),), expected_revision=1, summary="folded", cut=1, counter="c"
+            )
+            yield call("write", session_id, fold)
+        for session_id in long_ids:
+            stored = yield call("load", session_id)
+            assert (texts(stored), stored.head.summary) == (["later", "new"], "folded")
+        assert (yield call("ids")) == sorted(long_ids)
+        assert (yield call("ids", noise[:3000])) == sorted([long_ids[0], long_ids[2], long_ids[3]])
+        assert (yield call("ids", noise[:3003] + "-")) == []
+        assert (yield call("delete", long_ids[0])) is True
+        assert (yield call("load", long_ids[0])) is None
+        assert (yield call("load", long_ids[2])) is not None
+        assert (yield call("ids", noise[:3004])) == [long_ids[2]]
+        again = yield call("write", long_ids[0], create("again"))
+        assert again.revision == 1
+        assert texts((yield call("load", long_ids[0]))) == ["again"]
+
+    @scenario
     def test_ids_by_literal_prefix(self) -> Scenario:
         names = ["a%b", "a_b", "a*b", "a[b]", "A_b", "ab", "c/1", "gone"]
         for session_id in names:
@@ -823,6 +851,13 @@ def _model_write(
 class LogStoreContract(_Blocking, _LogContract):
     """The log contract through the blocking methods, plus threads racing on one session."""
 
+    def test_with_block_closes_the_store(self) -> None:
+        """``with store:`` gives the store and closes it at the end; closing again is harmless."""
+        with self.make_store() as store:
+            store.write("s", create("a"))
+            assert texts(store.load("s")) == ["a"]
+        store.close()
+
     @settings(
         max_examples=25,
         deadline=None,
@@ -939,6 +974,18 @@ class LogStoreContract(_Blocking, _LogContract):
 
 class AsyncLogStoreContract(_Awaiting, _LogContract):
     """The log contract through the ``a``-methods, each test one ``asyncio.run`` ending with ``aclose()``."""
+
+    def test_async_with_block_closes_the_store(self) -> None:
+        """``async with store:`` gives the store and closes it with ``aclose()``; again is harmless."""
+
+        async def main() -> list[str]:
+            async with self.make_store() as store:
+                await store.awrite("s", create("a"))
+                found = texts(await store.aload("s"))
+            await store.aclose()
+            return found
+
+        assert asyncio.run(main()) == ["a"]
 
     def test_tasks_appending_never_conflict(self, store: Any) -> None:
         async def main() -> Optional[StoredLog]:

@@ -175,6 +175,7 @@ def test_tables_are_created_on_first_use_with_their_columns(dsn: str, table: str
         ("counter", "text", "YES"),
         ("expires_at", "timestamp with time zone", "YES"),
         ("updated_at", "timestamp with time zone", "NO"),
+        ("full_id", "text", "YES"),
     ]
     assert _columns(dsn, f"{table}_log") == [
         ("session_id", "text", "NO"),
@@ -189,6 +190,68 @@ def test_tables_are_created_on_first_use_with_their_columns(dsn: str, table: str
     assert rows == [(0, "a", 1), (1, "b", 1), (2, "c", 1)]
     assert _query(dsn, f"SELECT key, value FROM {table}_meta") == [("schema_version", SCHEMA_VERSION)]
     assert _query(dsn, "SELECT to_regclass(%s)", table) == [(None,)], "no whole-state table is created"
+
+
+# -- long session ids: keyed by a digest, the id kept whole ------------------------------------------
+
+LONG_ID = "".join(f"{n:04x}" for n in range(751))  # 3,004 characters, beyond an index row
+
+
+def test_a_long_id_is_keyed_by_a_digest_and_kept_whole(dsn: str, table: str) -> None:
+    marked = "\x7frollmem:sha256:" + "0" * 64  # looks like a digest key: digested in turn
+    with PostgresStore(dsn, table=table) as store:
+        for session_id in (LONG_ID, marked, "short"):
+            store.write(session_id, create(session_id[:5]))
+        assert store.ids() == sorted([LONG_ID, marked, "short"])
+        assert texts(store.load(marked)) == ["\x7froll"]
+    rows = _query(dsn, f"SELECT session_id, full_id FROM {table}_heads ORDER BY full_id NULLS FIRST")
+    assert rows[0] == ("short", None)
+    assert sorted(row[1] for row in rows[1:]) == sorted([LONG_ID, marked])
+    digests = {row[0] for row in rows[1:]}
+    assert all(key.startswith("\x7frollmem:sha256:") and len(key) == 80 for key in digests)
+    assert marked not in digests
+    assert {row[0] for row in _query(dsn, f"SELECT DISTINCT session_id FROM {table}_log")} == {
+        "short",
+        *digests,
+    }
+
+
+def _make_0_6_tables(dsn: str, table: str) -> None:
+    """The log tables as 0.6 created them: no full_id column."""
+    _query(dsn, f"CREATE TABLE {table}_meta (key text PRIMARY KEY, value bigint NOT NULL)")
+    _query(dsn, f"INSERT INTO {table}_meta VALUES ('schema_version', 2)")
+    _query(
+        dsn,
+        f"CREATE TABLE {table}_heads (session_id text PRIMARY KEY, incarnation text NOT NULL, "
+        "revision bigint NOT NULL, summary text NOT NULL, tail bigint NOT NULL, counter text, "
+        "expires_at timestamptz, updated_at timestamptz NOT NULL DEFAULT now())",
+    )
+    _query(
+        dsn,
+        f"CREATE TABLE {table}_log (session_id text NOT NULL, seq bigint NOT NULL, "
+        "message text NOT NULL, cost bigint NOT NULL, PRIMARY KEY (session_id, seq))",
+    )
+
+
+def test_tables_of_0_6_get_full_id_and_keep_a_long_id_stored_under_itself(dsn: str, table: str) -> None:
+    _make_0_6_tables(dsn, table)
+    old_id = "a" * 5000  # compressible: 0.6 could store it under itself
+    message = json.dumps({"role": "user", "content": "old"})
+    _query(dsn, f"INSERT INTO {table}_heads VALUES (%s, 'inc', 1, 'S', 1, 'c', NULL, now())", old_id)
+    _query(dsn, f"INSERT INTO {table}_log VALUES (%s, 0, %s, 1)", old_id, message)
+    with PostgresStore(dsn, table=table) as store:
+        stored = store.load(old_id)
+        assert stored is not None
+        assert (texts(stored), stored.head.summary) == (["old"], "S")
+        store.write(old_id, append(stored.head, "new"))
+        store.write(LONG_ID, create("fresh"))
+        assert texts(store.load(old_id)) == ["old", "new"]
+        assert store.ids() == sorted([old_id, LONG_ID])
+        assert ("full_id", "text", "YES") in _columns(dsn, f"{table}_heads")
+        assert _query(dsn, f"SELECT count(*) FROM {table}_heads WHERE session_id = %s", old_id) == [(1,)]
+        assert store.delete(old_id) is True
+        assert store.load(old_id) is None
+        assert store.ids() == [LONG_ID]
 
 
 def test_many_stores_creating_one_table_at_once(dsn: str, table: str) -> None:

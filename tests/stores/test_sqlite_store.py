@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -52,8 +53,9 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "chat.db"
 
 
-def _raw(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(path, isolation_level=None)
+def _raw(path: Path) -> contextlib.closing[sqlite3.Connection]:
+    """A plain connection that a ``with`` block closes (sqlite3's own ``with`` only commits)."""
+    return contextlib.closing(sqlite3.connect(path, isolation_level=None))
 
 
 def test_implements_both_log_protocols() -> None:
@@ -260,7 +262,7 @@ def test_async_calls_do_not_block_the_event_loop(db_path: Path) -> None:
     """While a write waits for another writer's lock, other tasks keep running."""
     store = SQLiteStore(db_path, timeout=10)
     head = store.write("s", create("x"))
-    blocker = _raw(db_path)
+    blocker = sqlite3.connect(db_path, isolation_level=None)  # closed at the end
     blocker.execute("BEGIN IMMEDIATE")
 
     async def main() -> tuple[int, int]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from types import TracebackType
+from typing import Optional, TypeVar
 
 from .. import _validate as v
 from ..errors import ConflictError
 from ._protocol import Head, LogEntry, LogWrite
 
 __all__ = [
+    "Closing",
     "apply_write",
     "check_load",
     "check_prefix",
@@ -24,20 +26,12 @@ __all__ = [
 
 
 def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
-    v.check_str(name, value, allow_empty=allow_empty)
-    assert isinstance(value, str)
-    if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{name} must be valid Unicode (it holds a lone surrogate)") from None
-    return value
+    return v.check_storable(name, value, allow_empty=allow_empty)
 
 
 def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is a non-empty str without NUL characters or lone surrogates."""
-    return _check_text(session_id, "session_id", allow_empty=False)
+    """Return ``session_id`` if it is a valid session id (:func:`rollmem._validate.check_session_id`)."""
+    return v.check_session_id(session_id)
 
 
 def check_prefix(prefix: object) -> str:
@@ -76,6 +70,36 @@ def shown(session_id: str, limit: int = 100) -> str:
     if len(session_id) <= limit:
         return repr(session_id)
     return f"{session_id[:limit]!r}... ({len(session_id)} characters)"
+
+
+_S = TypeVar("_S", bound="Closing")
+
+
+class Closing:
+    """``with store:`` closes it with :meth:`close` at the end of the block, ``async with
+    store:`` with :meth:`aclose`; every bundled store has both."""
+
+    def close(self) -> None:
+        """Release what the store opened itself."""
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(
+        self, kind: Optional[type[BaseException]], error: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self: _S) -> _S:
+        return self
+
+    async def __aexit__(
+        self, kind: Optional[type[BaseException]], error: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await self.aclose()
 
 
 # -- the log protocol: checks and the reference semantics of a write -------------------------------

@@ -19,7 +19,7 @@ import uuid
 from typing import Any, Optional, Union
 
 from ..errors import ConflictError, InvalidStateError
-from ._common import apply_write, check_load, check_write, shown
+from ._common import Closing, apply_write, check_load, check_write, shown
 from ._protocol import AsyncStore, Head, LogEntry, LogWrite, Store, StoredLog, StoredSession
 
 __all__ = ["AsyncWholeStateLog", "WholeStateLog"]
@@ -86,7 +86,7 @@ def _gave_up(session_id: str) -> ConflictError:
     return ConflictError(f"session {shown(session_id)}: not saved after {_RETRIES} lost saves")
 
 
-class WholeStateLog:
+class WholeStateLog(Closing):
     """A :class:`~rollmem.stores.Store` (whole state, compare-and-set saves) as a
     :class:`~rollmem.stores.LogStore`; :class:`~rollmem.sessions.Sessions` wraps such stores in it."""
 
@@ -134,7 +134,7 @@ class WholeStateLog:
         self.store.close()
 
 
-class AsyncWholeStateLog:
+class AsyncWholeStateLog(Closing):
     """:class:`WholeStateLog` for an :class:`~rollmem.stores.AsyncStore` (or a blocking
     :class:`~rollmem.stores.Store`, called from worker threads)."""
 

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import NamedTuple, Optional
 
-from ._common import apply_write, check_load, check_prefix, check_session_id, check_write, is_expired
+from ._common import Closing, apply_write, check_load, check_prefix, check_session_id, check_write, is_expired
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
 
 __all__ = ["MemoryStore"]
@@ -19,7 +19,7 @@ class _Entry(NamedTuple):
     expires_at: Optional[float]  # time.monotonic() deadline, None: never
 
 
-class MemoryStore:
+class MemoryStore(Closing):
     """A thread-safe log-structured store kept in this process's memory, for tests, scripts and
     single-process apps.
 

@@ -20,8 +20,18 @@ from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
-from ..errors import ConflictError, InvalidStateError, MissingExtraError, StoreUnavailableError
-from ._common import check_load, check_prefix, check_session_id, check_write, new_head, shown, write_conflict
+from .._extras import import_extra
+from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
+from ._common import (
+    Closing,
+    check_load,
+    check_prefix,
+    check_session_id,
+    check_write,
+    new_head,
+    shown,
+    write_conflict,
+)
 from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
 from ._whole import decode
 
@@ -52,19 +62,13 @@ _LOAD_UNION = (
     f"WHERE h.session_id = %s AND {_HEAD_LIVE}"
 )
 _LOAD = _LOAD_UNION + " ORDER BY 8 NULLS FIRST"
+_ID = "coalesce(full_id, session_id)"  # a session's id, whatever its key
 
 
 def _import_driver() -> ModuleType:
-    try:
-        import psycopg
-        import psycopg.sql
-    except ImportError as exc:
-        raise MissingExtraError("psycopg", "postgres", "PostgresStore") from exc
-    try:
-        import psycopg_pool  # noqa: F401
-    except ImportError as exc:
-        raise MissingExtraError("psycopg_pool", "postgres", "PostgresStore") from exc
-    return psycopg
+    import_extra("psycopg.sql", package="psycopg", extra="postgres", feature="PostgresStore")
+    import_extra("psycopg_pool", package="psycopg_pool", extra="postgres", feature="PostgresStore")
+    return import_extra("psycopg", package="psycopg", extra="postgres", feature="PostgresStore")
 
 
 def _check_table(table: object) -> list[str]:
@@ -88,6 +92,20 @@ SCHEMA_VERSION = 2
 (version 1) are read until their next write moves them. A newer version is refused."""
 
 
+_MAX_KEY_BYTES = 1024  # longer ids are keyed by a digest: an index row holds at most ~2,700 bytes
+_DIGEST_MARK = "\x7frollmem:sha256:"  # starts every digest key; an id starting so is digested too
+
+
+def _key(session_id: str) -> str:
+    """The value of the ``session_id`` column for a session: the id itself, or for an id over
+    1,024 UTF-8 bytes (or one starting with the digest mark) the mark plus the SHA-256 of the
+    id, with the id kept whole in the head's ``full_id``. No id is its own key and another's."""
+    raw = session_id.encode("utf-8")
+    if len(raw) <= _MAX_KEY_BYTES and not session_id.startswith(_DIGEST_MARK):
+        return session_id
+    return _DIGEST_MARK + hashlib.sha256(raw).hexdigest()
+
+
 def _derived(name: str, suffix: str) -> str:
     """``name + suffix``, shortened (with a hash of ``name``) to PostgreSQL's 63 characters."""
     if len(name) + len(suffix) > 63:
@@ -102,6 +120,9 @@ class _Sql(NamedTuple):
     version: Composed
     set_version: Composed
     has_legacy: Composed
+    has_full_id: Composed
+    add_full_id: Composed
+    raw_key: Composed
     load: Composed
     load_legacy: Composed
     lock_head: Composed
@@ -144,7 +165,7 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
                 "CREATE TABLE IF NOT EXISTS {heads} (session_id text PRIMARY KEY, "
                 "incarnation text NOT NULL, revision bigint NOT NULL, summary text NOT NULL, "
                 "tail bigint NOT NULL, counter text, expires_at timestamptz, "
-                "updated_at timestamptz NOT NULL DEFAULT now())"
+                "updated_at timestamptz NOT NULL DEFAULT now(), full_id text)"
             ),
             q(
                 "CREATE TABLE IF NOT EXISTS {log} (session_id text NOT NULL, seq bigint NOT NULL, "
@@ -158,6 +179,14 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         ),
         has_legacy=q("SELECT to_regclass(%s) IS NOT NULL"),
+        # Tables made by 0.6 lack full_id: added once (a nullable column, which they ignore).
+        has_full_id=q(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+            "AND attname = 'full_id' AND NOT attisdropped"
+        ),
+        add_full_id=q("ALTER TABLE {heads} ADD COLUMN IF NOT EXISTS full_id text"),
+        # A long id stored under itself by an earlier release (it fit once compressed).
+        raw_key=q("SELECT 1 FROM {heads} WHERE session_id = %s AND full_id IS NULL"),
         # One statement (one snapshot): the live head's row, then its entries from `first` (the
         # caller's tail when its incarnation and revision still hold, else 0), one row each
         # without the head's columns (a long summary is sent once, not once per message).
@@ -176,12 +205,12 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
         ),
         lock_legacy=q(f"SELECT state, revision FROM {{legacy}} WHERE id = %s AND {_LIVE} FOR UPDATE"),
         insert_head=q(
-            "INSERT INTO {heads} (session_id, incarnation, revision, summary, tail, counter, "
-            f"expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, {_EXPIRES}, now()) "
+            "INSERT INTO {heads} (session_id, full_id, incarnation, revision, summary, tail, counter, "
+            f"expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, {_EXPIRES}, now()) "
             "ON CONFLICT (session_id) DO NOTHING"
         ),
         replace_head=q(
-            "UPDATE {heads} SET incarnation = %s, revision = %s, summary = %s, tail = %s, "
+            "UPDATE {heads} SET full_id = %s, incarnation = %s, revision = %s, summary = %s, tail = %s, "
             f"counter = %s, expires_at = {_EXPIRES}, updated_at = now() WHERE session_id = %s"
         ),
         update_head=q(
@@ -199,9 +228,9 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
         ),
         delete_head=q(f"DELETE FROM {{heads}} WHERE session_id = %s RETURNING {_LIVE}"),
         delete_legacy=q(f"DELETE FROM {{legacy}} WHERE id = %s RETURNING {_LIVE}"),
-        ids=q(f"SELECT session_id FROM {{heads}} WHERE session_id LIKE %s ESCAPE '\\' AND {_LIVE}"),
+        ids=q(f"SELECT {_ID} FROM {{heads}} WHERE {_ID} LIKE %s ESCAPE '\\' AND {_LIVE}"),
         ids_legacy=q(
-            f"SELECT session_id FROM {{heads}} WHERE session_id LIKE %s ESCAPE '\\' AND {_LIVE} "
+            f"SELECT {_ID} FROM {{heads}} WHERE {_ID} LIKE %s ESCAPE '\\' AND {_LIVE} "
             f"UNION SELECT id FROM {{legacy}} WHERE id LIKE %s ESCAPE '\\' AND {_LIVE}"
         ),
         purge_entries=q(
@@ -228,7 +257,7 @@ class _NoTransaction:
         return None
 
 
-class PostgresStore:
+class PostgresStore(Closing):
     """A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`)
     in PostgreSQL, shared by every process that reaches the server.
 
@@ -283,6 +312,7 @@ class PostgresStore:
         self._ready = False
         self._legacy = False  # the whole-state table of version 1 is there
         self._sql_table_name = ".".join(f'"{part}"' for part in parts)
+        self._sql_heads_name = ".".join(f'"{part}"' for part in [*parts[:-1], _derived(parts[-1], "_heads")])
         self._conninfo: Optional[str] = None
         self._pool: Optional[ConnectionPool[Any]] = None
         self._apool: Optional[AsyncConnectionPool[Any]] = None
@@ -407,8 +437,21 @@ class PostgresStore:
             )
         if not rows or rows[0][0] != SCHEMA_VERSION:
             yield self._sql.set_version, (SCHEMA_VERSION,)
+        _, rows = yield self._sql.has_full_id, (self._sql_heads_name,)
+        if not rows[0][0]:
+            yield self._sql.add_full_id, ()
         _, rows = yield self._sql.has_legacy, (self._sql_table_name,)
         self._legacy = bool(rows[0][0])
+
+    def _key_flow(self, session_id: str) -> Flow[str]:
+        """The key of ``session_id`` (see :func:`_key`): a digest key, unless an earlier release
+        stored this long id under itself (one more query, for digest-keyed ids only)."""
+        key = _key(session_id)
+        if key != session_id:
+            _, rows = yield self._sql.raw_key, (session_id,)
+            if rows:
+                return session_id
+        return key
 
     def _legacy_session(self, session_id: str, state: str, revision: int) -> tuple[Head, list[LogEntry]]:
         """A session still in the whole-state table, as a head and entries."""
@@ -421,9 +464,10 @@ class PostgresStore:
         incarnation, revision, tail = (
             ("", 0, 0) if since is None else (since.incarnation, since.revision, since.tail)
         )
-        params: list[Any] = [incarnation, revision, session_id, incarnation, revision, tail, session_id]
+        key = yield from self._key_flow(session_id)
+        params: list[Any] = [incarnation, revision, key, incarnation, revision, tail, key]
         if self._legacy:
-            _, rows = yield self._sql.load_legacy, (*params, session_id, session_id)
+            _, rows = yield self._sql.load_legacy, (*params, session_id, key)
         else:
             _, rows = yield self._sql.load, params
         if not rows:
@@ -439,7 +483,9 @@ class PostgresStore:
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
         sql = self._sql
-        _, rows = yield sql.lock_head, (session_id,)
+        key = yield from self._key_flow(session_id)
+        full_id = None if key == session_id else session_id
+        _, rows = yield sql.lock_head, (key,)
         row_there = bool(rows)
         head = Head(*rows[0][:5]) if rows and rows[0][5] else None
         legacy: Optional[list[LogEntry]] = None
@@ -452,7 +498,7 @@ class PostgresStore:
             raise error
         updated = new_head(head, change, uuid.uuid4().hex)
         seconds = _ttl_seconds(change.ttl)
-        values = (updated.revision, updated.summary, updated.tail, updated.counter, seconds, session_id)
+        values = (updated.revision, updated.summary, updated.tail, updated.counter, seconds, key)
         kept: list[LogEntry] = []
         if legacy is not None or head is None or change.create or change.replace:
             # a new incarnation, a rewrite, or a whole-state session moving in: write it all
@@ -460,10 +506,10 @@ class PostgresStore:
                 keep = set(change.keep)
                 kept = [e for e in legacy if e.seq >= change.cut or e.seq in keep]
             if row_there:
-                yield sql.clear_entries, (session_id,)
-                yield sql.replace_head, (updated.incarnation, *values)
+                yield sql.clear_entries, (key,)
+                yield sql.replace_head, (full_id, updated.incarnation, *values)
             else:
-                count, _ = yield sql.insert_head, (session_id, updated.incarnation, *values[:-1])
+                count, _ = yield sql.insert_head, (key, full_id, updated.incarnation, *values[:-1])
                 if count != 1:  # a concurrent create won
                     raise ConflictError(
                         f"session {shown(session_id)}: created as a new session but another writer "
@@ -473,7 +519,7 @@ class PostgresStore:
                 yield sql.delete_legacy, (session_id,)
         else:
             if change.cut:
-                yield sql.cut_entries, (session_id, change.cut, sorted(set(change.keep)))
+                yield sql.cut_entries, (key, change.cut, sorted(set(change.keep)))
             yield sql.update_head, values
         first = updated.tail - len(change.entries)
         kept.extend(LogEntry(e.message, e.cost, first + i) for i, e in enumerate(change.entries))
@@ -481,7 +527,7 @@ class PostgresStore:
             yield (
                 sql.insert_entries,
                 (
-                    session_id,
+                    key,
                     [e.seq for e in kept],
                     [e.message for e in kept],
                     [e.cost for e in kept],
@@ -490,9 +536,10 @@ class PostgresStore:
         return updated
 
     def _delete_flow(self, session_id: str) -> Flow[bool]:
-        _, rows = yield self._sql.delete_head, (session_id,)
+        key = yield from self._key_flow(session_id)
+        _, rows = yield self._sql.delete_head, (key,)
         live = bool(rows and rows[0][0])
-        yield self._sql.clear_entries, (session_id,)
+        yield self._sql.clear_entries, (key,)
         if self._legacy:
             _, rows = yield self._sql.delete_legacy, (session_id,)
             live = live or bool(rows and rows[0][0])

@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from itertools import repeat
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .._validate import type_name
-from ..errors import ConflictError, InvalidStateError, MissingExtraError, StoreUnavailableError
+from .._extras import import_extra
+from .._validate import check_positive_int, check_positive_number, type_name
+from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
 from ._common import (
+    Closing,
     apply_write,
     check_load,
     check_prefix,
@@ -261,18 +264,31 @@ def _register(client: Any) -> Any:
     return (client.register_script(_LOAD_SCRIPT), client.register_script(_WRITE_SCRIPT))
 
 
+_REDIS_MODULES = (
+    "redis",
+    "redis.asyncio",
+    "redis.asyncio.cluster",
+    "redis.asyncio.retry",
+    "redis.backoff",
+    "redis.cluster",
+    "redis.retry",
+)
+
+
 def _import_redis() -> ModuleType:
-    try:
-        import redis
-        import redis.asyncio
-        import redis.asyncio.cluster
-        import redis.asyncio.retry
-        import redis.backoff
-        import redis.cluster
-        import redis.retry
-    except ImportError as exc:
-        raise MissingExtraError("redis", "redis", "RedisStore") from exc
-    return redis
+    for name in _REDIS_MODULES[1:]:
+        import_extra(name, package="redis", extra="redis", feature="RedisStore")
+    return import_extra("redis", package="redis", extra="redis", feature="RedisStore")
+
+
+def _raised_in(error: BaseException, package: ModuleType) -> bool:
+    """Whether ``error`` was raised by code of ``package`` (its innermost frame is there)."""
+    tb = error.__traceback__
+    if tb is None or not package.__file__:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(package.__file__) + os.sep)
 
 
 def _text(value: Union[bytes, str]) -> str:
@@ -302,7 +318,7 @@ def _decode_id(encoded: str) -> str:
     return _ID_UNESCAPED.sub(lambda match: chr(int(match.group(1), 16)), encoded)
 
 
-class RedisStore:
+class RedisStore(Closing):
     """A session store in Redis or Redis Cluster, shared by every process that reaches it.
 
     ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` or
@@ -353,8 +369,15 @@ class RedisStore:
     half-write; a write the driver resends after a lost reply finds its own token among the
     last 8 kept in the head and is not applied twice. Stored text that is not UTF-8 raises
     :class:`~rollmem.errors.InvalidStateError` naming the session.
-    Driver errors (connection refused, timeouts, cluster down, server errors) raise
-    :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception.
+    Driver errors (connection refused, timeouts, cluster down, server errors, and a fault
+    raised inside redis-py itself) raise :class:`~rollmem.errors.StoreUnavailableError` naming
+    the session, from the driver's exception.
+
+    The clients a store makes from a URL use at most ``max_connections`` connections (per
+    node, in a cluster): an operation that finds them all busy waits for one, up to
+    ``pool_timeout`` seconds, then raises ``StoreUnavailableError`` naming the session (a
+    blocking pool; in a cluster, at most ``max_connections`` operations in flight per client).
+    A client you pass keeps its own pool settings.
     """
 
     def __init__(
@@ -364,9 +387,17 @@ class RedisStore:
         prefix: str = "rollmem:",
         cluster: bool = False,
         legacy_keys: bool = True,
+        max_connections: int = 50,
+        pool_timeout: float = 20.0,
     ):
         driver = _import_redis()
         check_prefix(prefix)
+        self._max_connections = check_positive_int("max_connections", max_connections)
+        self._pool_timeout = float(check_positive_number("pool_timeout", pool_timeout))
+        self._gate: Optional[threading.BoundedSemaphore] = None  # a cluster client's operations in flight
+        self._agate: Optional[asyncio.Semaphore] = None
+        self._async_init: Optional[asyncio.Lock] = None  # the async cluster client's first initialize
+        self._async_ready = False
         if not prefix:
             raise ValueError("prefix must not be empty: it keeps rollmem's keys apart from the others")
         brace = prefix.find("{")
@@ -427,12 +458,43 @@ class RedisStore:
         driver = _import_redis()
         with self._lock:
             if self._sync is None:
-                kind = driver.cluster.RedisCluster if self._cluster else driver.Redis
-                client = kind.from_url(self._url, **self._client_options(driver, driver.retry.Retry))
+                options = self._client_options(driver, driver.retry.Retry)
+                client: SyncClient
+                if self._cluster:
+                    client = driver.cluster.RedisCluster.from_url(
+                        self._url, max_connections=self._max_connections, **options
+                    )
+                    self._gate = threading.BoundedSemaphore(self._max_connections)
+                else:
+                    pool = driver.BlockingConnectionPool.from_url(
+                        self._url,
+                        timeout=self._pool_timeout,
+                        max_connections=self._max_connections,
+                        **options,
+                    )
+                    plain = driver.Redis(connection_pool=pool)
+                    plain.auto_close_connection_pool = True  # close() closes the pool, as from_url's
+                    client = plain
                 self._sync = (client, _register(client))
             return self._sync
 
-    def _async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
+    async def _async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
+        made = self._made_async_client()
+        if self._cluster and not self._async_ready:
+            # Initialized once, before any concurrent use: redis-py's async cluster client, first
+            # used by many tasks at once, closes connections that other tasks are using.
+            with self._lock:
+                if self._async_init is None:
+                    self._async_init = asyncio.Lock()
+                init = self._async_init
+            async with init:
+                if not self._async_ready:
+                    with self._errors("connection"):
+                        await made[0].initialize()
+                    self._async_ready = True
+        return made
+
+    def _made_async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
         loop = asyncio.get_running_loop()
         if self._url is None:
             if self._async is None:
@@ -441,8 +503,23 @@ class RedisStore:
         driver = _import_redis()
         with self._lock:
             if self._async is None:
-                kind = driver.asyncio.cluster.RedisCluster if self._cluster else driver.asyncio.Redis
-                client = kind.from_url(self._url, **self._client_options(driver, driver.asyncio.retry.Retry))
+                options = self._client_options(driver, driver.asyncio.retry.Retry)
+                client: AsyncClient
+                if self._cluster:
+                    # redis-py's async cluster raises on a full node pool and then drops sockets
+                    # that other tasks are using: keep the operations in flight below the limit.
+                    client = driver.asyncio.cluster.RedisCluster.from_url(
+                        self._url, max_connections=self._max_connections, **options
+                    )
+                    self._agate = asyncio.Semaphore(self._max_connections)
+                else:
+                    pool = driver.asyncio.BlockingConnectionPool.from_url(
+                        self._url,
+                        max_connections=self._max_connections,
+                        timeout=self._pool_timeout,
+                        **options,
+                    )
+                    client = driver.asyncio.Redis.from_pool(pool)
                 self._async = (client, _register(client))
                 self._async_loop = loop
             elif self._async_loop is not loop:
@@ -463,8 +540,63 @@ class RedisStore:
             OSError,
             asyncio.TimeoutError,
         ) as exc:
-            target = "" if session_id is None else f" of session {shown(session_id)}"
-            raise StoreUnavailableError(f"Redis {action}{target} failed: {exc}") from exc
+            raise self._unavailable(action, session_id, str(exc)) from exc
+        except (AttributeError, TypeError) as exc:
+            if not _raised_in(exc, driver):
+                raise
+            raise self._unavailable(action, session_id, f"a fault inside redis-py: {exc!r}") from exc
+
+    def _unavailable(self, action: str, session_id: Optional[str], problem: str) -> StoreUnavailableError:
+        target = "" if session_id is None else f" of session {shown(session_id)}"
+        if problem == "No connection available.":
+            problem = (
+                f"no free connection: all {self._max_connections} of the store's connections stayed "
+                f"busy for {self._pool_timeout:g} s"
+            )
+        return StoreUnavailableError(f"Redis {action}{target} failed: {problem}")
+
+    @contextmanager
+    def _guard(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
+        """Around each driver call: an operation slot, and driver errors as ``StoreUnavailableError``."""
+        with self._slot(action, session_id), self._errors(action, session_id):
+            yield
+
+    @asynccontextmanager
+    async def _aguard(self, action: str, session_id: Optional[str] = None) -> AsyncIterator[None]:
+        """Async twin of :meth:`_guard`."""
+        async with self._aslot(action, session_id):
+            with self._errors(action, session_id):
+                yield
+
+    @contextmanager
+    def _slot(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
+        """Hold one of a cluster client's ``max_connections`` operation slots (else nothing)."""
+        gate = self._gate
+        if gate is None:
+            yield
+            return
+        if not gate.acquire(timeout=self._pool_timeout):
+            raise self._unavailable(action, session_id, "No connection available.")
+        try:
+            yield
+        finally:
+            gate.release()
+
+    @asynccontextmanager
+    async def _aslot(self, action: str, session_id: Optional[str] = None) -> AsyncIterator[None]:
+        """Async twin of :meth:`_slot`."""
+        gate = self._agate
+        if gate is None:
+            yield
+            return
+        try:
+            await asyncio.wait_for(gate.acquire(), self._pool_timeout)
+        except asyncio.TimeoutError:
+            raise self._unavailable(action, session_id, "No connection available.") from None
+        try:
+            yield
+        finally:
+            gate.release()
 
     # -- shared steps ----------------------------------------------------------------------------
 
@@ -710,7 +842,7 @@ class RedisStore:
         check_load(session_id, since)
         keys = self._keys(session_id)
         client, scripts = self._sync_client()
-        with self._errors("load", session_id):
+        with self._guard("load", session_id):
             if since is None and not self._cluster:
                 pipeline = client.pipeline(transaction=True)
                 self._read_all(pipeline, keys)
@@ -727,7 +859,7 @@ class RedisStore:
         client, scripts = self._sync_client()
         args = self._write_args(change, uuid.uuid4().hex)
         for _ in range(_RETRIES):
-            with self._errors("write", session_id):
+            with self._guard("write", session_id):
                 reply = self._run(client, scripts[1], _WRITE_SCRIPT, keys, args)
             if _text(reply[0]) == "retry":
                 args = self._write_args(change, uuid.uuid4().hex)
@@ -744,7 +876,7 @@ class RedisStore:
         """Remove the session (every key of it); ``True`` if a live one was there."""
         keys = self._keys(session_id)
         client, _ = self._sync_client()
-        with self._errors("delete", session_id):
+        with self._guard("delete", session_id):
             return bool(client.delete(*keys))
 
     def ids(self, prefix: str = "") -> list[str]:
@@ -752,7 +884,7 @@ class RedisStore:
         every primary)."""
         pattern = self._ids_pattern(prefix)
         client, _ = self._sync_client()
-        with self._errors("listing"):
+        with self._guard("listing"):
             keys = {_text(key) for key in client.scan_iter(match=pattern, count=1000)}
         return self._ids(keys, prefix)
 
@@ -778,8 +910,8 @@ class RedisStore:
         """Async twin of :meth:`load`."""
         check_load(session_id, since)
         keys = self._keys(session_id)
-        client, scripts = self._async_client()
-        with self._errors("load", session_id):
+        client, scripts = await self._async_client()
+        async with self._aguard("load", session_id):
             if since is None and not self._cluster:
                 pipeline = client.pipeline(transaction=True)
                 self._read_all(pipeline, keys)
@@ -791,10 +923,10 @@ class RedisStore:
         """Async twin of :meth:`write`."""
         check_write(session_id, change)
         keys = self._keys(session_id)
-        client, scripts = self._async_client()
+        client, scripts = await self._async_client()
         args = self._write_args(change, uuid.uuid4().hex)
         for _ in range(_RETRIES):
-            with self._errors("write", session_id):
+            async with self._aguard("write", session_id):
                 reply = await self._arun(client, scripts[1], _WRITE_SCRIPT, keys, args)
             if _text(reply[0]) == "retry":
                 args = self._write_args(change, uuid.uuid4().hex)
@@ -810,15 +942,15 @@ class RedisStore:
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
         keys = self._keys(session_id)
-        client, _ = self._async_client()
-        with self._errors("delete", session_id):
+        client, _ = await self._async_client()
+        async with self._aguard("delete", session_id):
             return bool(await client.delete(*keys))
 
     async def aids(self, prefix: str = "") -> list[str]:
         """Async twin of :meth:`ids`."""
         pattern = self._ids_pattern(prefix)
-        client, _ = self._async_client()
-        with self._errors("listing"):
+        client, _ = await self._async_client()
+        async with self._aguard("listing"):
             keys = {_text(key) async for key in client.scan_iter(match=pattern, count=1000)}
         return self._ids(keys, prefix)
 
@@ -832,6 +964,7 @@ class RedisStore:
             return
         with self._lock:
             made, self._async, self._async_loop = self._async, None, None
+            self._agate, self._async_init, self._async_ready = None, None, False
         if made is not None:
             await made[0].aclose()
         self.close()

@@ -9,6 +9,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from itertools import repeat
@@ -17,6 +18,7 @@ from typing import Optional, Union
 from .. import _validate as v
 from ..errors import StoreUnavailableError
 from ._common import (
+    Closing,
     check_load,
     check_prefix,
     check_session_id,
@@ -112,7 +114,29 @@ _LEGACY_IDS = (
 _LEGACY_PURGE = f'DELETE FROM {_LEGACY} WHERE "expires_at" IS NOT NULL AND "expires_at" <= ?'
 
 
-class SQLiteStore:
+class _Connections:
+    """The connections a store opened in this process and keeps: closed by ``close()`` or when
+    the store is garbage-collected (never in a forked child: those are the parent's)."""
+
+    __slots__ = ("idle", "pid", "shared")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.idle: list[sqlite3.Connection] = []
+        self.shared: Optional[sqlite3.Connection] = None  # an in-memory database's one connection
+
+    def close_all(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        idle, self.idle = self.idle, []
+        shared, self.shared = self.shared, None
+        for conn in idle:
+            conn.close()
+        if shared is not None:
+            shared.close()
+
+
+class SQLiteStore(Closing):
     """Sessions in an SQLite database, standard library only: a log store.
 
     ``path`` is a database file (created when missing) or ``":memory:"`` for a private
@@ -148,10 +172,9 @@ class SQLiteStore:
         self._in_memory = path in ("", ":memory:")
         self._lock = threading.Lock()  # guards the pool; for an in-memory database, its one connection
         self._writer = threading.Lock()  # held by the one thread of this store that is writing
-        self._idle: list[sqlite3.Connection] = []
-        self._shared: Optional[sqlite3.Connection] = None
+        self._conns = _Connections()  # closed by close(), or when the store is collected
+        weakref.finalize(self, self._conns.close_all)
         self._abandoned: list[sqlite3.Connection] = []  # a parent process's connections, never touched
-        self._pid = os.getpid()
         self._schema_ready = False
         self._legacy = False  # a version-1 table of whole states is still there
         self._closed = False
@@ -213,18 +236,20 @@ class SQLiteStore:
     def _acquire(self) -> sqlite3.Connection:
         with self._lock:
             self._check_open()
-            if os.getpid() != self._pid:  # forked: the parent's connections are not ours to use or close
-                self._pid = os.getpid()
-                self._abandoned.extend(self._idle)
-                self._idle = []
-            if self._idle:
-                return self._idle.pop()
+            conns = self._conns
+            if os.getpid() != conns.pid:  # forked: the parent's connections are not ours to use or close
+                conns.pid = os.getpid()
+                self._abandoned.extend(conns.idle)
+                conns.idle = []
+            if conns.idle:
+                return conns.idle.pop()
         return self._open()
 
     def _release(self, conn: sqlite3.Connection) -> None:
         with self._lock:
-            if not self._closed and os.getpid() == self._pid and len(self._idle) < _MAX_IDLE:
-                self._idle.append(conn)
+            conns = self._conns
+            if not self._closed and os.getpid() == conns.pid and len(conns.idle) < _MAX_IDLE:
+                conns.idle.append(conn)
                 return
         conn.close()
 
@@ -239,11 +264,12 @@ class SQLiteStore:
             if self._in_memory:
                 with self._lock:
                     self._check_open()
-                    if self._shared is None:
-                        self._shared = self._open()
-                    elif self._shared.in_transaction:  # a rollback failed last time: retry it
-                        self._shared.execute("ROLLBACK")
-                    yield self._shared
+                    conns = self._conns
+                    if conns.shared is None:
+                        conns.shared = self._open()
+                    elif conns.shared.in_transaction:  # a rollback failed last time: retry it
+                        conns.shared.execute("ROLLBACK")
+                    yield conns.shared
                 return
             conn = self._acquire()
             try:
@@ -463,12 +489,7 @@ class SQLiteStore:
         ``StoreUnavailableError``. Closing twice is harmless."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, []
-            shared, self._shared = self._shared, None
-        for conn in idle:
-            conn.close()
-        if shared is not None:
-            shared.close()
+            self._conns.close_all()
 
     # the AsyncLogStore protocol: the same calls, in a worker thread
 
