@@ -379,7 +379,7 @@ def test_conversations_are_kept_apart(make_recorder: Callable[[], Any]) -> None:
 
 
 def test_a_failing_summarizer_fails_the_run_and_loses_nothing(recorder: Any) -> None:
-    processor = rolling_history(6, recorder, one)
+    processor = rolling_history(6, recorder, one, target_tokens=6)  # folds as little as it can
     chat = Chat(processor, summary_now=lambda: recorder.results[-1] if recorder.results else None)
     chat.say()
     chat.say()
