@@ -39,6 +39,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_core import to_jsonable_python
 
 from rollmem import Message, RollingMemory, ToolCall
+from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from rollmem.errors import InvalidStateError, MissingExtraError
 from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
 from rollmem.sessions import Sessions
@@ -71,7 +72,8 @@ def summaries(messages: Sequence[ModelMessage]) -> list[str]:
 
 
 def as_rollmem(messages: Sequence[ModelMessage]) -> list[Message]:
-    """What the model received, as rollmem messages (the documented conversion), summary left out."""
+    """What the model received, as rollmem messages (the documented conversion), summary and
+    rollmem's opening user turn (the provider rule's, when the kept part opens otherwise) left out."""
     result = []
     for message in messages:
         if isinstance(message, ModelResponse):
@@ -90,7 +92,8 @@ def as_rollmem(messages: Sequence[ModelMessage]) -> list[Message]:
                 result.append(Message("system", part.content))
             elif isinstance(part, UserPromptPart):
                 assert isinstance(part.content, str)
-                result.append(Message("user", part.content))
+                if part.content not in (CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN):
+                    result.append(Message("user", part.content))
             elif isinstance(part, ToolReturnPart):
                 result.append(Message("tool", part.model_response_str(), tool_call_id=part.tool_call_id))
             else:
@@ -379,7 +382,7 @@ def test_conversations_are_kept_apart(make_recorder: Callable[[], Any]) -> None:
 
 
 def test_a_failing_summarizer_fails_the_run_and_loses_nothing(recorder: Any) -> None:
-    processor = rolling_history(6, recorder, one, target_tokens=6)  # folds as little as it can
+    processor = rolling_history(6, recorder, one)
     chat = Chat(processor, summary_now=lambda: recorder.results[-1] if recorder.results else None)
     chat.say()
     chat.say()
