@@ -64,7 +64,8 @@ def _import_driver() -> ModuleType:
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
         raise MissingExtraError("psycopg_pool", "postgres", "PostgresStore") from exc
-    return psycopg
+    driver: ModuleType = psycopg  # typed: without the extra, mypy sees psycopg as Any
+    return driver
 
 
 def _check_table(table: object) -> list[str]:
@@ -133,7 +134,7 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
     }
 
     def q(text: str) -> Composed:
-        return sql.SQL(text).format(**names)  # type: ignore[no-any-return]
+        return sql.SQL(text).format(**names)  # type: ignore[no-any-return, unused-ignore]
 
     return _Sql(
         create=(
