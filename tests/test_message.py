@@ -100,6 +100,74 @@ def test_message_is_frozen() -> None:
         m.content = "bye"  # type: ignore[misc]
 
 
+# A list [full message, plain message] pickled (protocol 2) by rollmem 0.7.0.dev before the slots,
+# when a message kept its fields in an instance dict (the plain one only role and content).
+_DICT_ERA_PICKLE = (
+    b"\x80\x02]q\x00(crollmem.message\nMessage\nq\x01)\x81q\x02}q\x03(X\x04\x00\x00\x00roleq\x04X\t"
+    b"\x00\x00\x00assistantq\x05X\x07\x00\x00\x00contentq\x06X\x01\x00\x00\x00xq\x07X\x02\x00\x00\x00idq"
+    b"\x08X\x01\x00\x00\x001q\tX\n\x00\x00\x00tool_callsq\ncrollmem.message\nToolCall\nq\x0b)\x81q\x0c}q"
+    b"\r(h\x08X\x01\x00\x00\x00cq\x0eX\x04\x00\x00\x00nameq\x0fX\x01\x00\x00\x00fq\x10X\t\x00\x00\x00"
+    b"argumentsq\x11X\x01\x00\x00\x00aq\x12ub\x85q\x13X\x0c\x00\x00\x00tool_call_idq\x14X\x01\x00\x00\x00"
+    b"tq\x15X\x08\x00\x00\x00metadataq\x16crollmem.message\n_FrozenDict\nq\x17}q\x18X\x01\x00\x00\x00kq"
+    b"\x19crollmem.message\n_FrozenList\nq\x1a]q\x1bK\x01a\x85q\x1cRq\x1ds\x85q\x1eRq\x1fX\x06\x00\x00\x00"
+    b'pinnedq \x88ubh\x01)\x81q!}q"(h\x04X\x04\x00\x00\x00userq#h\x06X\x02\x00\x00\x00hiq$ube.'
+)
+
+
+def test_messages_keep_no_instance_dict() -> None:
+    """Value types with slots: a buffered message costs its fields, not a dict (see the footprint
+    benchmark); nothing can be added to one, and no field can be set or deleted."""
+    m = Message("user", "hi")
+    call = ToolCall("c", "f")
+    for value in (m, call):
+        assert not hasattr(value, "__dict__")
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'extra'"):
+            value.extra = 1  # type: ignore[union-attr]
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'id'"):
+            del value.id  # type: ignore[union-attr]
+    assert [f.name for f in dataclasses.fields(Message)] == [
+        "role",
+        "content",
+        "id",
+        "tool_calls",
+        "tool_call_id",
+        "metadata",
+        "pinned",
+    ]
+    assert dataclasses.replace(m, pinned=True) == Message("user", "hi", pinned=True)
+
+
+def test_pickles_made_before_the_slots_still_load() -> None:
+    full, plain = pickle.loads(_DICT_ERA_PICKLE)
+    assert full == Message(
+        "assistant",
+        "x",
+        id="1",
+        tool_calls=(ToolCall("c", "f", "a"),),
+        tool_call_id="t",
+        metadata={"k": [1]},
+        pinned=True,
+    )
+    assert plain == Message("user", "hi")
+    assert (plain.id, plain.tool_calls, plain.metadata, plain.pinned) == (None, (), {}, False)
+    assert plain.metadata is message_module.NO_METADATA
+
+
+class Tagged(Message):
+    """A subclass without slots: it has an instance dict for what it adds."""
+
+
+def test_subclasses_keep_what_they_add() -> None:
+    tagged = Tagged("user", "hi")
+    tagged.note = "kept"  # type: ignore[attr-defined]
+    assert (tagged.note, tagged) == ("kept", Tagged("user", "hi"))  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tagged.content = "bye"  # type: ignore[misc]
+    copies: list[Any] = [pickle.loads(pickle.dumps(tagged)), copy.deepcopy(tagged)]
+    for copied in copies:
+        assert (type(copied), copied, copied.note) == (Tagged, tagged, "kept")
+
+
 def test_metadata_is_in_equality_not_in_hash() -> None:
     a = Message("user", "hi", metadata={"lang": "en"})
     b = Message("user", "hi", metadata={"lang": "fr"})

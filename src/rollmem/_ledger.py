@@ -11,13 +11,19 @@ Positions are *absolute*: the message at list index ``i`` has absolute index ``o
 Eviction removes units from the front (pinned units stay, moved up in front of the rest), so
 the absolute indices of everything after the cut never change.
 
+Lean by design (a server keeps thousands of buffers): per message, one slot in three lists
+(the buffer, the ledger's copy of it, the costs); per unit, one machine integer (its start:
+units are contiguous, so a unit ends where the next begins) and one byte (whether it holds a
+pinned message); a unit's cost is summed from its messages' when a plan needs it.
+
 No locks, no callbacks, no asyncio: the memory classes drive this.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import deque
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
@@ -108,16 +114,6 @@ for _name in ("__delitem__", "__imul__", "pop", "remove", "clear", "sort", "reve
     setattr(TrackedList, _name, _counting(_name))
 
 
-class _Unit:
-    __slots__ = ("cost", "pinned", "start", "stop")
-
-    def __init__(self, start: int, stop: int, cost: int, pinned: int) -> None:
-        self.start = start  # absolute index of the head message
-        self.stop = stop  # absolute index one past the last message
-        self.cost = cost
-        self.pinned = pinned  # number of pinned messages inside
-
-
 class Plan:
     """Which leading units to cut; the non-pinned ones among them leave the buffer."""
 
@@ -143,8 +139,9 @@ class Ledger:
         self._stale = False  # items was replaced wholesale
         self._shadow: list[Message] = []  # what the ledger believes items holds
         self._costs: list[int] = []
-        self._units: deque[_Unit] = deque()
-        self._anchors: deque[int] = deque()  # starts of non-pinned units whose head is not a reply
+        self._starts = array("q")  # absolute index of each unit's head message, ascending
+        self._flags = bytearray()  # per unit: 1 if it holds a pinned message
+        self._anchors = array("q")  # starts of non-pinned units whose head is not a reply
         self._calls: dict[str, list[int]] = {}  # tool call id -> absolute indices of its callers
         self._offset = 0
         self._guard = -1  # absolute stop of the plan in flight (-1: none)
@@ -200,8 +197,9 @@ class Ledger:
     def _rebuild(self, messages: list[Message], costs: list[int]) -> None:
         self.items.changes = self._seen = 0
         self._stale = False
-        self._units.clear()
-        self._anchors.clear()
+        self._starts = array("q")
+        self._flags = bytearray()
+        self._anchors = array("q")
         self._calls.clear()
         self._offset = 0
         self._guard = -1
@@ -227,7 +225,7 @@ class Ledger:
         """The units as ``(start, stop)`` list positions, oldest first."""
         self._expand()
         offset = self._offset
-        return [(unit.start - offset, unit.stop - offset) for unit in self._units]
+        return [(start - offset, self._stop(unit) - offset) for unit, start in enumerate(self._starts)]
 
     def costs(self) -> list[int]:
         """The cost of each message, aligned with ``items`` when the ledger is not :attr:`dirty`."""
@@ -264,29 +262,29 @@ class Ledger:
         self.total += cost
         pinned = 1 if message.pinned else 0
         self._pinned += pinned
-        units = self._units
+        starts = self._starts
+        flags = self._flags
         call_id = message.tool_call_id
         callers = None if call_id is None else self._calls.get(call_id)
         if callers:
             # A result: one unit from its earliest caller's unit to here, everything between merged.
             first = callers[0]
-            while units[-1].start > first:
-                merged = units.pop()
-                cost += merged.cost
-                pinned += merged.pinned
-            unit = units[-1]
-            unit.stop = index + 1
-            unit.cost += cost
-            unit.pinned += pinned
+            while starts[-1] > first:
+                starts.pop()
+                pinned |= flags.pop()
+            if pinned:
+                flags[-1] = 1
+            start = starts[-1]
             anchors = self._anchors
-            while anchors and anchors[-1] > unit.start:
+            while anchors and anchors[-1] > start:
                 anchors.pop()
-            if unit.pinned and anchors and anchors[-1] == unit.start:
+            if flags[-1] and anchors and anchors[-1] == start:
                 anchors.pop()
-            if unit.start < self._guard:
+            if start < self._guard:
                 self.epoch += 1  # reached into the region a plan in flight will cut
         else:
-            units.append(_Unit(index, index + 1, cost, pinned))
+            starts.append(index)
+            flags.append(pinned)
             if not pinned and call_id is None and message.role not in _REPLY_ROLES:
                 self._anchors.append(index)
         if message.tool_calls:
@@ -303,56 +301,60 @@ class Ledger:
         if self.total <= limit:
             return None
         self._expand()
-        units = self._units
+        starts, flags, costs, offset = self._starts, self._flags, self._costs, self._offset
         remaining = self.total
         count = 0
-        last = len(units) - 1
-        for seen, unit in enumerate(units):
-            if remaining <= goal or seen == last:
+        for seen in range(len(starts) - 1):  # never the newest unit
+            if remaining <= goal:
                 break
-            if not unit.pinned:
-                remaining -= unit.cost
+            if not flags[seen]:
+                head, stop = starts[seen] - offset, starts[seen + 1] - offset
+                remaining -= costs[head] if stop - head == 1 else sum(costs[head:stop])
                 count = seen + 1
         if count == 0:
             return None
-        boundary = units[count - 1].stop
-        for anchor in self._anchors:  # the anchors before the boundary are being cut: O(cut)
-            if anchor >= boundary:
-                while units[count].start < anchor:
-                    count += 1
-                break
+        anchors = self._anchors
+        first = bisect_left(anchors, starts[count])  # the first anchor at or after the cut
+        if first < len(anchors):
+            anchor = anchors[first]
+            while starts[count] < anchor:
+                count += 1
         return self._plan(count)
 
     def plan_keep_last(self, keep_last: int) -> Optional[Plan]:
         """Cut every non-pinned unit before the one holding the ``keep_last``-th newest message."""
         self._expand()
-        boundary = self._offset + len(self._shadow) - max(keep_last, 0)
-        count = 0
-        for unit in self._units:
-            if unit.stop > boundary:
-                break
-            count += 1
+        end = self._offset + len(self._shadow)
+        boundary = end - max(keep_last, 0)
+        starts = self._starts
+        # The units that end at or before the boundary: all, or those followed by a unit that
+        # starts there or before.
+        count = len(starts) if boundary >= end else max(bisect_right(starts, boundary) - 1, 0)
         return self._plan(count)
+
+    def _stop(self, unit: int) -> int:
+        """The absolute index one past the last message of the ``unit``-th unit."""
+        starts = self._starts
+        return starts[unit + 1] if unit + 1 < len(starts) else self._offset + len(self._shadow)
 
     def _plan(self, count: int) -> Optional[Plan]:
         if count == 0:
             return None
-        units = self._units
-        stop = units[count - 1].stop
-        head = stop - self._offset
+        stop = self._stop(count - 1)
+        offset = self._offset
+        head = stop - offset
         if not self._pinned:  # the common case: the cut is a plain prefix
             messages = self._shadow[:head]
             cost = sum(self._costs[:head])
         else:
-            offset = self._offset
-            shadow = self._shadow
+            shadow, costs, starts, flags = self._shadow, self._costs, self._starts, self._flags
             messages = []
             cost = 0
             for position in range(count):
-                unit = units[position]
-                if not unit.pinned:
-                    messages.extend(shadow[unit.start - offset : unit.stop - offset])
-                    cost += unit.cost
+                if not flags[position]:
+                    first, last = starts[position] - offset, self._stop(position) - offset
+                    messages.extend(shadow[first:last])
+                    cost += sum(costs[first:last])
             if not messages:
                 return None
         self._guard = stop
@@ -368,32 +370,30 @@ class Ledger:
         self._guard = -1
         if plan.epoch != self.epoch or self.dirty:
             return False
-        units = self._units
+        starts, flags, count = self._starts, self._flags, plan.units
         offset = self._offset
-        stop = units[plan.units - 1].stop
+        stop = self._stop(count - 1)
         head = stop - offset
         shadow = self._shadow
         cut_messages = plan.messages if not self._pinned or not self._calls else shadow[:head]
         if not self._pinned:  # the common case: the cut is a plain prefix
-            for _ in range(plan.units):
-                units.popleft()
+            del starts[:count]
+            del flags[:count]
             moved: dict[int, int] = {}
             new_offset = stop
             del self._costs[:head]
             del shadow[:head]
             list.__delitem__(self.items, slice(0, head))
         else:
-            cut = [units.popleft() for _ in range(plan.units)]
-            kept = [unit for unit in cut if unit.pinned]
-            new_offset = stop - sum(unit.stop - unit.start for unit in kept)
+            kept = [(starts[unit], self._stop(unit)) for unit in range(count) if flags[unit]]
+            new_offset = stop - sum(last - first for first, last in kept)
             positions: list[int] = []
-            start = new_offset
-            for unit in kept:
-                positions.extend(range(unit.start - offset, unit.stop - offset))
-                unit.stop = start + (unit.stop - unit.start)
-                unit.start = start
-                start = unit.stop
-            units.extendleft(reversed(kept))
+            new_starts = array("q")
+            for first, last in kept:  # the pinned units move up, in order, to end at the cut
+                new_starts.append(new_offset + len(positions))
+                positions.extend(range(first - offset, last - offset))
+            starts[:count] = new_starts
+            flags[:count] = bytes([1]) * len(kept)
             moved = {offset + p: new_offset + i for i, p in enumerate(positions)}
             kept_messages = [shadow[p] for p in positions]
             self._costs[:head] = [self._costs[p] for p in positions]
@@ -402,8 +402,7 @@ class Ledger:
         if self._calls:
             self._renumber_calls(cut_messages, stop, moved)
         anchors = self._anchors
-        while anchors and anchors[0] < stop:
-            anchors.popleft()
+        del anchors[: bisect_left(anchors, stop)]
         self._offset = new_offset
         self.total -= plan.cost
         self.epoch += 1

@@ -60,7 +60,7 @@ try:
         ToolMessage,
     )
     from langgraph.runtime import Runtime
-    from typing_extensions import Annotated, NotRequired
+    from typing_extensions import Annotated, NotRequired, TypeAlias
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without the packages
     _package = _PACKAGES.get((exc.name or "").split(".")[0])
     if _package is None:
@@ -70,17 +70,18 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
     raise MissingExtraError(_package, "langchain", _feature) from exc
 
 if TYPE_CHECKING and sys.version_info >= (3, 10):
-    _Request = ModelRequest[Any]
-    _Runtime = Runtime[Any]
-    _AnyMessage = AnyMessage
+    _Request: TypeAlias = ModelRequest[Any]
+    _Runtime: TypeAlias = Runtime[Any]
+    _AnyMessage: TypeAlias = AnyMessage
 else:
     # At run time nothing is subscripted (langchain 1.0's ModelRequest is not generic).
     # mypy runs at python_version 3.9 and takes this branch too: there it cannot evaluate langgraph's
     # ContextT (bound ``StateLike | None``) nor langchain-core's ``AnyMessage`` (a run-time ``|``
     # union), so ModelRequest and Runtime take no type arguments and messages are BaseMessage.
-    _Request = ModelRequest
-    _Runtime = Runtime
-    _AnyMessage = BaseMessage
+    # The aliases are explicit so that they stay aliases (of Any) where the extra is missing.
+    _Request: TypeAlias = ModelRequest
+    _Runtime: TypeAlias = Runtime
+    _AnyMessage: TypeAlias = BaseMessage
 
 __all__ = [
     "CURSOR_KEY",
@@ -109,11 +110,11 @@ logger = logging.getLogger("rollmem")
 _LC_SUMMARY_PREFIX = "Here is a summary of the conversation to date:\n\n"
 
 
-class RollingMemoryState(AgentState[Any]):
+class RollingMemoryState(AgentState[Any]):  # type: ignore[misc, unused-ignore]  # see [tool.mypy]
     """The agent state with :class:`RollingMemoryMiddleware`'s fields."""
 
-    rollmem_summary: NotRequired[Annotated[str, OmitFromInput]]
-    rollmem_cursor: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+    rollmem_summary: NotRequired[Annotated[str, OmitFromInput]]  # type: ignore[valid-type, unused-ignore]
+    rollmem_cursor: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]  # type: ignore[valid-type, unused-ignore]
 
 
 def _state_summary(state: Mapping[str, Any]) -> str:
@@ -231,7 +232,7 @@ def _check_callable(name: str, value: object) -> None:
         raise TypeError(f"{name}: expected a callable or None, got {v.type_name(value)}")
 
 
-class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):
+class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):  # type: ignore[misc, unused-ignore]
     """``create_agent`` middleware: the model sees a running summary plus the newest messages.
 
     Before each model call the model receives the agent's system prompt (untouched, not

@@ -154,7 +154,7 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
     }
 
     def q(text: str) -> Composed:
-        return sql.SQL(text).format(**names)  # type: ignore[no-any-return]
+        return sql.SQL(text).format(**names)  # type: ignore[no-any-return, unused-ignore]
 
     return _Sql(
         create=(
