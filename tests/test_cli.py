@@ -516,13 +516,16 @@ def test_counts_take_the_right_plural(capsys: pytest.CaptureFixture[str], tiny: 
         json.dumps({"role": "user", "content": "two words"}) for _ in range(3)
     ]
     tiny.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    status, out, err = cli(capsys, "replay", str(tiny), "--max-tokens", "5", "--summarizer", "none")
+    argv = ["replay", str(tiny), "--max-tokens", "5", "--target-tokens", "5", "--summarizer", "none"]
+    status, out, err = cli(capsys, *argv)
     assert (status, err) == (0, "")
     assert "[recent turns, verbatim: 2 messages]" in out
+    assert re.search(r"buffer now +2 messages, 4 tokens\n", out)
     lines = [json.dumps({"role": "user", "content": "a b c d e"}) for _ in range(2)]
     tiny.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    status, out, err = cli(capsys, "replay", str(tiny), "--max-tokens", "5", "--summarizer", "none")
+    status, out, err = cli(capsys, *argv)
     assert "[recent turns, verbatim: 1 message]" in out
+    assert re.search(r"buffer now +1 message, 5 tokens\n", out)
     assert "[no summary yet: nothing was folded]" in out
 
 

@@ -189,6 +189,7 @@ def _table(rows: Sequence[tuple[str, object]]) -> str:
 
 def _stats_table(replay: _Replay, summarizer: str) -> str:
     stats = replay.memory.stats()
+    buffer_tokens = stats.buffer_tokens or 0
     target = f", target {stats.target_tokens}" if stats.target_tokens != stats.max_tokens else ""
     return _table(
         [
@@ -202,8 +203,8 @@ def _stats_table(replay: _Replay, summarizer: str) -> str:
             ("tokens sent to summarizer", replay.tokens_sent),
             ("peak buffer tokens", f"{replay.peak_buffer_tokens} (max {stats.max_tokens}{target})"),
             ("peak context tokens", f"{replay.peak_context_tokens} (summary + buffer)"),
-            ("buffer now", f"{stats.messages} messages, {stats.buffer_tokens} tokens"),
-            ("summary now", f"{stats.summary_tokens} tokens"),
+            ("buffer now", f"{plural(stats.messages, 'message')}, {plural(buffer_tokens, 'token')}"),
+            ("summary now", plural(stats.summary_tokens or 0, "token")),
         ]
     )
 
