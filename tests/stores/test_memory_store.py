@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 from rollmem.stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store, WholeStateLog
-
-from .contract import AsyncLogStoreContract, DictStore, LogStoreContract, StoreContract, create
+from rollmem.testing import AsyncLogStoreContract, DictStore, LogStoreContract, StoreContract, create
 
 
 class TestMemoryStore(LogStoreContract):

@@ -1,41 +1,56 @@
-"""The conformance suite every store runs, and helpers for backend-specific tests.
+"""The store conformance suite: the contract every bundled store passes, for your own store.
 
-Use it like cachetools' policy tests: subclass :class:`StoreContract` (sync methods) and/or
-:class:`AsyncStoreContract` (``a``-methods, each test is one ``asyncio.run``) and define
-``make_store(self)``, returning a new, empty store for each test::
+Needs ``pip install "rollmem[testing]"`` (pytest and hypothesis); importing this module without
+them raises :class:`~rollmem.errors.MissingExtraError` naming the extra. ``import rollmem`` never
+imports it.
 
-    class TestMemoryStore(StoreContract):
+Subclass :class:`LogStoreContract` (sync ``load``/``write``/... methods) and/or
+:class:`AsyncLogStoreContract` (``a``-methods, each test is one ``asyncio.run``) for a log store,
+:class:`StoreContract` / :class:`AsyncStoreContract` for a whole-state store, in a test module
+pytest collects, and define ``make_store(self)``, returning a new, empty store for each test::
+
+    from rollmem.stores import MemoryStore
+    from rollmem.testing import AsyncLogStoreContract, LogStoreContract
+
+    class TestMyStore(LogStoreContract):
         def make_store(self) -> MemoryStore:
             return MemoryStore()
 
 Each scenario is written once, as a generator that yields :func:`call` / :func:`pause` steps
-and receives their results (or has their exception thrown in); the two classes only drive
-it, with blocking or awaited calls. Server backends get ``service_url`` (skip, or fail under
-``ROLLMEM_REQUIRE_SERVICES=1``) and ``compare_and_set_in_processes``.
+and receives their results (or has their exception thrown in); the classes only drive it, with
+blocking or awaited calls. Server backends get :func:`service_url` (skip, or fail under
+``ROLLMEM_REQUIRE_SERVICES=1``) and :func:`compare_and_set_in_processes`; :func:`create`,
+:func:`append`, :func:`entry` and :func:`texts` build and read log writes in your own tests, and
+:class:`DictStore` is a minimal third-party-style whole-state store.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
-import multiprocessing
-import os
-import queue
-import re
-import threading
-import time
-import uuid
-from collections.abc import Generator, Iterator
-from typing import Any, Callable, ClassVar, NamedTuple, Optional, Union
+from . import _extras
 
-import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+for _module, _package in (("pytest", "pytest"), ("hypothesis", "hypothesis")):
+    _extras.import_extra(_module, package=_package, extra="testing", feature="rollmem.testing")
 
-from rollmem.errors import ConflictError
-from rollmem.stores import Head, LogEntry, LogWrite, StoredLog, StoredSession
-from rollmem.stores._common import apply_write, check_prefix, check_save, check_session_id, conflict
+import asyncio  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import os  # noqa: E402
+import queue  # noqa: E402
+import re  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Generator, Iterator  # noqa: E402
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, TypeVar, Union  # noqa: E402
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from .errors import ConflictError  # noqa: E402
+from .stores import Head, LogEntry, LogWrite, StoredLog, StoredSession  # noqa: E402
+from .stores.rules import apply_write, check_prefix, check_save, check_session_id, conflict  # noqa: E402
 
 __all__ = [
     "AsyncLogStoreContract",
@@ -43,10 +58,23 @@ __all__ = [
     "DictStore",
     "LogStoreContract",
     "StoreContract",
+    "append",
     "compare_and_set_in_processes",
     "compare_and_set_loop",
+    "create",
+    "entry",
     "service_url",
+    "texts",
 ]
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _fixture(function: _F) -> _F:
+    """``pytest.fixture``, typed (mypy reads pytest's internals as untyped)."""
+    fixture: Callable[[_F], _F] = pytest.fixture
+    return fixture(function)
 
 
 class Call(NamedTuple):
@@ -159,7 +187,7 @@ class _Blocking:
     def make_store(self) -> Any:
         raise NotImplementedError
 
-    @pytest.fixture
+    @_fixture
     def store(self) -> Iterator[Any]:
         store = self.make_store()
         try:
@@ -178,7 +206,7 @@ class _Awaiting:
     def make_store(self) -> Any:
         raise NotImplementedError
 
-    @pytest.fixture
+    @_fixture
     def store(self) -> Any:
         return self.make_store()
 
@@ -767,8 +795,8 @@ class _LogContract:
             (
                 TypeError,
                 "change.entries[0]: expected a LogEntry, got str",
-                ("s", LogWrite("", ("x",), create=True)),
-            ),  # type: ignore[arg-type]
+                ("s", LogWrite("", ("x",), create=True)),  # type: ignore[arg-type]
+            ),
             (
                 ValueError,
                 "change.entries[0].message must not contain NUL",
@@ -783,7 +811,7 @@ class _LogContract:
                 TypeError,
                 "change.expected_revision: expected int, got bool",
                 ("s", LogWrite("i", expected_revision=True)),
-            ),  # type: ignore[arg-type]
+            ),
             (
                 ValueError,
                 "a rewrite (replace=True) needs expected_revision and expected_tail",
@@ -998,7 +1026,8 @@ class AsyncLogStoreContract(_Awaiting, _LogContract):
                         await asyncio.sleep(0)
 
                 await asyncio.gather(*(appender(i) for i in range(6)))
-                return await store.aload("s")
+                loaded: Optional[StoredLog] = await store.aload("s")
+                return loaded
             finally:
                 await store.aclose()
 
