@@ -39,12 +39,15 @@ def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
 
 
 def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is a valid session id (:func:`rollmem._validate.check_session_id`)."""
+    """Return ``session_id`` if it is a valid session id: a non-empty ``str`` without NUL
+    characters or lone surrogates, of any length; else ``TypeError`` / ``ValueError`` naming
+    ``session_id``. Sessions, every store and the integrations apply this one rule."""
     return v.check_session_id(session_id)
 
 
 def check_prefix(prefix: object) -> str:
-    """Return ``prefix`` if it is a str (possibly empty) a session id could start with."""
+    """Return ``prefix`` if it is a ``str`` (possibly empty) a session id could start with; else
+    ``TypeError`` / ``ValueError`` naming ``prefix``."""
     return _check_text(prefix, "prefix", allow_empty=True)
 
 
@@ -115,14 +118,18 @@ class Closing:
 
 
 def check_load(session_id: object, since: object) -> None:
-    """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``load`` call."""
+    """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``load`` call (``since``
+    must be a :class:`~rollmem.stores.Head` or ``None``); call it before touching storage."""
     check_session_id(session_id)
     if since is not None and not isinstance(since, Head):
         raise v.type_error("since", "a Head or None", since)
 
 
 def check_write(session_id: object, change: object) -> LogWrite:
-    """Raise ``TypeError``/``ValueError`` naming the bad argument or field of a ``write`` call."""
+    """Return ``change`` if ``write(session_id, change)`` is well formed, else raise
+    ``TypeError``/``ValueError`` naming the bad argument or field (``change.entries[2].cost``);
+    call it before touching storage, so a bad write changes nothing. A rewrite
+    (``replace=True``, not a create) must carry ``expected_revision`` and ``expected_tail``."""
     check_session_id(session_id)
     if not isinstance(change, LogWrite):
         raise v.type_error("change", "a LogWrite", change)
@@ -176,7 +183,11 @@ def write_conflict(session_id: str, head: Optional[Head], change: LogWrite) -> O
 
 
 def new_head(head: Optional[Head], change: LogWrite, incarnation: str) -> Head:
-    """The head after ``change`` applied on ``head`` (``incarnation`` is used by a create)."""
+    """The head to store after ``change`` applied on ``head`` (call :func:`write_conflict`
+    first). A create (or ``head`` ``None``) starts revision 1 under ``incarnation`` (a new unique
+    string from the store); an append keeps the revision and counter, any other write bumps the
+    revision and stores ``change.counter``; ``change.summary`` (unless ``None``) replaces the
+    summary; ``tail`` grows by the number of new entries."""
     if change.create or head is None:
         return Head(incarnation, 1, change.summary or "", len(change.entries), change.counter)
     revision = head.revision if change.is_append else head.revision + 1
@@ -188,7 +199,10 @@ def new_head(head: Optional[Head], change: LogWrite, incarnation: str) -> Head:
 def apply_write(
     session_id: str, head: Optional[Head], entries: list[LogEntry], change: LogWrite, incarnation: str
 ) -> tuple[Head, list[LogEntry]]:
-    """The reference semantics of ``write``: the new head and entries, or ``ConflictError``."""
+    """The reference semantics of ``write``: raise the :func:`write_conflict` error, else return
+    the new head and the entries to store. A create or rewrite drops every old entry; any other
+    write keeps those with ``seq >= change.cut`` or in ``change.keep``; the new entries get
+    ``seq`` numbers from the old tail on. ``entries`` is not changed."""
     error = write_conflict(session_id, head, change)
     if error is not None:
         raise error
