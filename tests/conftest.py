@@ -32,6 +32,9 @@ from hypothesis import HealthCheck, settings
 
 from rollmem.message import Message
 
+# The store conformance suite lives in src (a public test kit): pytest rewrites its asserts too.
+pytest.register_assert_rewrite("rollmem.testing")
+
 # CI machines are shared and slow at times: a property test fails on a wrong answer, never on time.
 settings.register_profile("rollmem", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("rollmem")

@@ -19,7 +19,7 @@ from rollmem.adapters import from_anthropic, from_openai
 from rollmem.errors import InvalidStateError
 from rollmem.sessions import AsyncSessions, Sessions
 from rollmem.stores import LogEntry, LogWrite, MemoryStore, SQLiteStore
-from stores.contract import DictStore
+from rollmem.testing import DictStore
 
 HALF_EMOJI = json.loads('"\\ud83d"')  # what a client cutting "😀" by UTF-16 length sends
 BIG = "x" * 10_000_000

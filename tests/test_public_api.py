@@ -13,6 +13,7 @@ import sys
 import types
 import typing
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -188,3 +189,108 @@ def test_the_memory_module_keeps_its_re_exports() -> None:
         assert getattr(rollmem.memory, name) is getattr(rollmem._types, name)
     assert rollmem.memory.Memory.__mro__[1].__name__ == "_SyncMemory"
     assert issubclass(rollmem.policies.TokenBudget, rollmem.policies.Policy)
+
+
+# -- no module reaches another package's private module or name -----------------------------------
+
+SOURCE = Path(rollmem.__file__).parent
+
+
+def _is_package(parts: list[str]) -> bool:
+    return SOURCE.parent.joinpath(*parts).is_dir()
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def _reaches_out(package: list[str], target: list[str], name: Optional[str]) -> bool:
+    """Whether code in ``package`` importing ``target`` (+ ``name``) reaches a private part it may
+    not use. A private module or subpackage is shared infrastructure of the package holding it
+    (subpackages included); a private name in a module is for that module's own package only."""
+    for index, part in enumerate(target[1:], start=1):
+        if _private(part):
+            return package[:index] != target[:index]
+    if name is None or not _private(name):
+        return False
+    if _is_package(target):  # ``from rollmem.stores import _whole``: a private submodule
+        return package[: len(target)] != target
+    return package != target[:-1]
+
+
+def _private_reaches(module: str, source: str) -> list[str]:
+    """Each import in ``source`` (the code of rollmem module ``module``) that reaches a private
+    module or name of another package."""
+    parts = module.split(".")
+    package = parts if _is_package(parts) else parts[:-1]
+    reaches: list[tuple[list[str], Optional[str]]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            reaches.extend((alias.name.split("."), None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = base + (node.module.split(".") if node.module else [])
+            reaches.extend((target, alias.name) for alias in node.names)
+    return [
+        f"{module}: {'.'.join(target)}{'' if name is None else ' import ' + name}"
+        for target, name in reaches
+        if target[0] == "rollmem" and _reaches_out(package, target, name)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "offends"),
+    [
+        ("rollmem.sessions", "from .stores._whole import WholeStateLog", True),
+        ("rollmem.sessions", "from .stores import _whole", True),
+        ("rollmem.sessions", "import rollmem.stores._protocol", True),
+        ("rollmem.adapters.openai", "from ..message import Message, _thaw", True),
+        ("rollmem.stores.redis", "from ..sessions import _SessionMemory", True),
+        ("rollmem.stores.redis", "from ._whole import decode", False),
+        ("rollmem.stores.redis", "from .. import _validate as v", False),
+        ("rollmem.stores", "from ._protocol import Head", False),
+        ("rollmem.stores.sqlite", "from rollmem._extras import import_extra", False),
+        ("rollmem.sessions", "from .message import _messages_from_json", False),
+        ("rollmem.stores.memory", "from ..message import _messages_from_json", True),
+        ("rollmem.sessions", "from .stores.rules import new_head as _new_head", False),
+        ("rollmem.cli", "import json, rollmem.stores", False),
+    ],
+)
+def test_the_private_import_check_finds_what_it_should(module: str, source: str, offends: bool) -> None:
+    assert bool(_private_reaches(module, source)) is offends
+
+
+def test_no_module_imports_another_packages_private_name() -> None:
+    """A private module or name is used only inside the package that holds it (and its
+    subpackages): what another package needs is published under a public name."""
+    found = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        parts = list(path.relative_to(SOURCE.parent).with_suffix("").parts)
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found.extend(_private_reaches(module, path.read_text(encoding="utf-8")))
+    assert found == [], "publish these under a public name (or move them):\n" + "\n".join(found)
+
+
+def test_import_pulls_in_no_test_framework() -> None:
+    """``rollmem.testing`` is the only module that needs pytest and hypothesis."""
+    code = (
+        "import sys, rollmem, rollmem.stores, rollmem.stores.rules, rollmem.sessions\n"
+        "print(','.join(sorted(n for n in ('pytest', '_pytest', 'hypothesis') if n in sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (result.stdout.strip(), result.stderr) == ("", "")
+
+
+@pytest.mark.parametrize("missing", ["pytest", "hypothesis"])
+def test_the_test_kit_names_its_extra_when_a_package_is_missing(missing: str) -> None:
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "from rollmem.errors import MissingExtraError\n"
+        "try:\n    import rollmem.testing\n"
+        "except MissingExtraError as error:\n    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (
+        result.stdout.strip()
+        == f'rollmem.testing needs the {missing!r} package: pip install "rollmem[testing]"'
+    )

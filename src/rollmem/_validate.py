@@ -225,6 +225,16 @@ def nest(path: str, error: InvalidStateError) -> InvalidStateError:
     return type(error)(f"{path}.{inner}" if inner else path, error.problem)
 
 
+def thaw(value: Any) -> Any:
+    """A plain, independent copy of a frozen metadata value (dicts and lists): changing it
+    changes no message."""
+    if isinstance(value, dict):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [thaw(item) for item in value]
+    return value
+
+
 def plural(count: int, noun: str) -> str:
     """``1 message``, ``2 messages``: a count with its noun, plural where it is not one."""
     return f"{count} {noun}{'' if count == 1 else 's'}"

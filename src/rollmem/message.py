@@ -71,15 +71,6 @@ def _freeze(value: Any, path: str) -> Any:
     return value
 
 
-def _thaw(value: Any) -> Any:
-    """A plain, independent copy of a frozen metadata value (dicts and lists)."""
-    if isinstance(value, dict):
-        return {key: _thaw(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_thaw(item) for item in value]
-    return value
-
-
 NO_METADATA: Mapping[str, Any] = _FrozenDict()
 """The shared empty ``Message.metadata``."""
 
@@ -262,7 +253,7 @@ class Message:
         if self.tool_call_id is not None:
             data["tool_call_id"] = self.tool_call_id
         if self.metadata:
-            data["metadata"] = _thaw(self.metadata)  # a plain copy: changing it changes no message
+            data["metadata"] = v.thaw(self.metadata)  # a plain copy: changing it changes no message
         if self.pinned:
             data["pinned"] = True
         return data

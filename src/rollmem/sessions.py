@@ -59,18 +59,19 @@ from .changes import (
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
 from .message import STATE_VERSION, Message, _messages_from_json
-from .stores._common import new_head, shown
-from .stores._protocol import (
+from .stores import (
     AsyncLogStore,
     AsyncStore,
+    AsyncWholeStateLog,
     Head,
     LogEntry,
     LogStore,
     LogWrite,
     Store,
     StoredLog,
+    WholeStateLog,
 )
-from .stores._whole import AsyncWholeStateLog, WholeStateLog
+from .stores.rules import new_head, shown
 
 __all__ = ["AsyncSessions", "Sessions"]
 

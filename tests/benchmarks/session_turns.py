@@ -62,7 +62,7 @@ from rollmem.memory import AsyncRollingMemory, RollingMemory  # noqa: E402
 from rollmem.message import Message  # noqa: E402
 from rollmem.sessions import AsyncSessions, Sessions  # noqa: E402
 from rollmem.stores import Head, LogWrite, SQLiteStore, StoredLog, StoredSession  # noqa: E402
-from rollmem.stores._common import conflict  # noqa: E402
+from rollmem.stores.rules import conflict  # noqa: E402
 from sessions._support import make_store  # noqa: E402
 
 BUDGETS = (2_000, 20_000)

@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 import pytest
 
 from rollmem.stores import MemoryStore
-from stores.contract import DictStore
+from rollmem.testing import DictStore
 from stores.servers import (
     drop_redis_keys,
     drop_table,

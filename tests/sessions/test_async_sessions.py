@@ -14,7 +14,7 @@ from rollmem.memory import AsyncRollingMemory, AsyncSummaryMemory, BufferMemory,
 from rollmem.message import Message
 from rollmem.sessions import AsyncSessions
 from rollmem.stores import MemoryStore, StoredSession
-from stores.contract import DictStore
+from rollmem.testing import DictStore
 
 from ._support import fold_ids, put_messages
 from .conftest import Backend

@@ -16,7 +16,7 @@ from rollmem.memory import AsyncRollingMemory, BufferMemory, RollingMemory, Summ
 from rollmem.message import Message
 from rollmem.sessions import Sessions
 from rollmem.stores import Head, LogEntry, LogWrite, MemoryStore
-from stores.contract import DictStore
+from rollmem.testing import DictStore
 
 from ._support import fold_ids, head_of, put_messages, stored_log
 from .conftest import Backend

@@ -20,8 +20,7 @@ import pytest
 
 from rollmem.errors import StoreUnavailableError
 from rollmem.stores import AsyncLogStore, LogStore
-
-from .contract import append, create, service_url, texts
+from rollmem.testing import append, create, service_url, texts
 
 __all__ = [
     "ServerStoreChecks",

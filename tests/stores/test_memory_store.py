@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from rollmem.stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store, WholeStateLog
+import re
+from pathlib import Path
+from typing import Any
 
-from .contract import AsyncLogStoreContract, DictStore, LogStoreContract, StoreContract, create
+from rollmem.stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store, WholeStateLog
+from rollmem.testing import AsyncLogStoreContract, DictStore, LogStoreContract, StoreContract, create
 
 
 class TestMemoryStore(LogStoreContract):
@@ -54,3 +57,17 @@ def test_close_keeps_sessions_readable() -> None:
     store.write("s", create("x"))
     store.close()
     assert store.ids() == ["s"]
+
+
+def _docs_store_tests() -> type:
+    """The test class of the third-party store example in docs/pages/stores.md, run here."""
+    page = Path(__file__).parents[2] / "docs" / "pages" / "stores.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)
+    (code,) = [block for block in blocks if "class KeyValueLogStore" in block]
+    namespace: dict[str, Any] = {"__name__": "docs_stores"}
+    exec(compile(code, str(page), "exec"), namespace)
+    tests: type = namespace["TestKeyValueLogStore"]
+    return tests
+
+
+TestDocsKeyValueLogStore = _docs_store_tests()

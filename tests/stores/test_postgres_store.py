@@ -20,8 +20,8 @@ from rollmem import BufferMemory
 from rollmem.errors import ConflictError, StoreUnavailableError
 from rollmem.sessions import Sessions
 from rollmem.stores import LogWrite
+from rollmem.testing import AsyncLogStoreContract, LogStoreContract, append, create, texts
 
-from .contract import AsyncLogStoreContract, LogStoreContract, append, create, texts
 from .servers import (
     ServerStoreChecks,
     drop_table,
@@ -83,7 +83,7 @@ class TestPostgresStoreAsync(_Isolated, AsyncLogStoreContract):
 _APPENDER = """
 import sys
 from rollmem.stores.postgres import PostgresStore
-from stores.contract import append
+from rollmem.testing import append
 store = PostgresStore(sys.argv[1], table=sys.argv[2])
 head = store.load("s").head
 for number in range(int(sys.argv[4])):

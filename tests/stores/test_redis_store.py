@@ -16,8 +16,8 @@ import pytest
 
 from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
 from rollmem.stores import Head, LogEntry, LogWrite
+from rollmem.testing import AsyncLogStoreContract, LogStoreContract, append, create, texts
 
-from .contract import AsyncLogStoreContract, LogStoreContract, append, create, texts
 from .servers import (
     ServerStoreChecks,
     close_redis,

@@ -17,8 +17,7 @@ import pytest
 from rollmem.errors import ConflictError, StoreUnavailableError
 from rollmem.stores import AsyncLogStore, LogStore, LogWrite, SQLiteStore
 from rollmem.stores.sqlite import SCHEMA_VERSION
-
-from .contract import AsyncLogStoreContract, LogStoreContract, append, create, entry, texts
+from rollmem.testing import AsyncLogStoreContract, LogStoreContract, append, create, entry, texts
 
 
 class _FileStore:
@@ -294,7 +293,7 @@ def test_async_calls_do_not_block_the_event_loop(db_path: Path) -> None:
 _APPENDER = """
 import sys
 from rollmem.stores import SQLiteStore
-from stores.contract import append
+from rollmem.testing import append
 store = SQLiteStore(sys.argv[1])
 head = store.load("s").head
 for number in range(int(sys.argv[3])):
@@ -320,7 +319,7 @@ def test_processes_appending_lose_nothing(db_path: Path) -> None:
 
 _WRITER = """
 from rollmem.stores import SQLiteStore
-from stores.contract import append, create
+from rollmem.testing import append, create
 import sys
 store = SQLiteStore(sys.argv[1])
 head = store.write("s", create())

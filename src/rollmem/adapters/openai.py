@@ -40,7 +40,7 @@ from typing import Any, Optional
 
 from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
-from ..message import ASSISTANT, TOOL, Message, ToolCall, _thaw
+from ..message import ASSISTANT, TOOL, Message, ToolCall
 from ._common import (
     carried_metadata,
     check_fields,
@@ -253,7 +253,7 @@ def _items(message: Message) -> list[dict[str, Any]]:
     kept = message.metadata.get(RESPONSES_ITEMS)
     if kept is None:
         return _fields_items(message)
-    return [_thaw(dict(item)) for item in kept]
+    return [v.thaw(dict(item)) for item in kept]
 
 
 def _fields_items(message: Message) -> list[dict[str, Any]]:

@@ -1,13 +1,21 @@
-"""Argument checks and messages shared by every store, so all backends accept and reject alike."""
+"""Old private home of :mod:`rollmem.stores.rules`, kept as a re-export; import from there."""
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Optional, TypeVar
-
-from .. import _validate as v
-from ..errors import ConflictError
-from ._protocol import Head, LogEntry, LogWrite
+from .rules import (
+    Closing,
+    apply_write,
+    check_load,
+    check_prefix,
+    check_save,
+    check_session_id,
+    check_write,
+    conflict,
+    is_expired,
+    new_head,
+    shown,
+    write_conflict,
+)
 
 __all__ = [
     "Closing",
@@ -23,172 +31,3 @@ __all__ = [
     "shown",
     "write_conflict",
 ]
-
-
-def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
-    return v.check_storable(name, value, allow_empty=allow_empty)
-
-
-def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is a valid session id (:func:`rollmem._validate.check_session_id`)."""
-    return v.check_session_id(session_id)
-
-
-def check_prefix(prefix: object) -> str:
-    """Return ``prefix`` if it is a str (possibly empty) a session id could start with."""
-    return _check_text(prefix, "prefix", allow_empty=True)
-
-
-def check_save(session_id: object, state: object, expected_revision: object, ttl: object) -> None:
-    """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``save`` call."""
-    check_session_id(session_id)
-    _check_text(state, "state", allow_empty=True)
-    v.check_int("expected_revision", expected_revision, 0)
-    v.check_ttl(ttl)
-
-
-def is_expired(expires_at: Optional[float], now: float) -> bool:
-    """Whether a session with this expiry time (``None``: never) is gone at ``now``."""
-    return expires_at is not None and expires_at <= now
-
-
-def conflict(session_id: str, expected_revision: int, live_revision: Optional[int]) -> ConflictError:
-    """The error for a compare-and-set save that lost; ``live_revision`` is ``None`` when unknown."""
-    wanted = "as a new session" if expected_revision == 0 else f"against revision {expected_revision}"
-    if live_revision is None:
-        found = "another writer saved first"
-    elif live_revision == 0:
-        found = "the session is absent or expired"
-    else:
-        found = f"the store is at revision {live_revision}"
-    return ConflictError(f"session {shown(session_id)}: saved {wanted} but {found}")
-
-
-def shown(session_id: str, limit: int = 100) -> str:
-    """``repr(session_id)`` for an error message, cut after ``limit`` characters: an error never
-    repeats a huge id whole."""
-    if len(session_id) <= limit:
-        return repr(session_id)
-    return f"{session_id[:limit]!r}... ({len(session_id)} characters)"
-
-
-_S = TypeVar("_S", bound="Closing")
-
-
-class Closing:
-    """``with store:`` closes it with :meth:`close` at the end of the block, ``async with
-    store:`` with :meth:`aclose`; every bundled store has both."""
-
-    def close(self) -> None:
-        """Release what the store opened itself."""
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
-
-    def __enter__(self: _S) -> _S:
-        return self
-
-    def __exit__(
-        self, kind: Optional[type[BaseException]], error: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self: _S) -> _S:
-        return self
-
-    async def __aexit__(
-        self, kind: Optional[type[BaseException]], error: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        await self.aclose()
-
-
-# -- the log protocol: checks and the reference semantics of a write -------------------------------
-
-
-def check_load(session_id: object, since: object) -> None:
-    """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``load`` call."""
-    check_session_id(session_id)
-    if since is not None and not isinstance(since, Head):
-        raise v.type_error("since", "a Head or None", since)
-
-
-def check_write(session_id: object, change: object) -> LogWrite:
-    """Raise ``TypeError``/``ValueError`` naming the bad argument or field of a ``write`` call."""
-    check_session_id(session_id)
-    if not isinstance(change, LogWrite):
-        raise v.type_error("change", "a LogWrite", change)
-    _check_text(change.incarnation, "change.incarnation", allow_empty=True)
-    for index, entry in enumerate(change.entries):
-        if not isinstance(entry, LogEntry):
-            raise v.type_error(f"change.entries[{index}]", "a LogEntry", entry)
-        _check_text(entry.message, f"change.entries[{index}].message", allow_empty=False)
-        v.check_int(f"change.entries[{index}].cost", entry.cost, -1)
-    for name in ("expected_revision", "expected_tail"):
-        value = getattr(change, name)
-        if value is not None:
-            v.check_int(f"change.{name}", value, 0)
-    if change.summary is not None:
-        _check_text(change.summary, "change.summary", allow_empty=True)
-    if change.counter is not None:
-        _check_text(change.counter, "change.counter", allow_empty=False)
-    v.check_int("change.cut", change.cut, 0)
-    for index, seq in enumerate(change.keep):
-        v.check_int(f"change.keep[{index}]", seq, 0)
-    if (
-        change.replace
-        and (change.expected_revision is None or change.expected_tail is None)
-        and not change.create
-    ):
-        raise ValueError("change: a rewrite (replace=True) needs expected_revision and expected_tail")
-    check_save(session_id, "", 0, change.ttl)
-    return change
-
-
-def write_conflict(session_id: str, head: Optional[Head], change: LogWrite) -> Optional[ConflictError]:
-    """The error a ``write`` of ``change`` on the live ``head`` (``None``: no live session) must
-    raise, or ``None`` when it applies. Every log store decides with this one function."""
-    name = f"session {shown(session_id)}"
-    if change.create:
-        if head is not None:
-            return ConflictError(f"{name}: created as a new session but another writer created it first")
-        return None
-    if head is None or head.incarnation != change.incarnation:
-        return ConflictError(f"{name}: the session was deleted, expired or recreated since it was loaded")
-    if change.expected_revision is not None and head.revision != change.expected_revision:
-        return ConflictError(
-            f"{name}: written against revision {change.expected_revision} but the store is at "
-            f"revision {head.revision} (another writer folded or rewrote it)"
-        )
-    if change.expected_tail is not None and head.tail != change.expected_tail:
-        return ConflictError(f"{name}: another writer appended since it was loaded")
-    if change.is_append and change.counter != head.counter:
-        return ConflictError(f"{name}: the session's costs were rewritten by another token counter")
-    return None
-
-
-def new_head(head: Optional[Head], change: LogWrite, incarnation: str) -> Head:
-    """The head after ``change`` applied on ``head`` (``incarnation`` is used by a create)."""
-    if change.create or head is None:
-        return Head(incarnation, 1, change.summary or "", len(change.entries), change.counter)
-    revision = head.revision if change.is_append else head.revision + 1
-    summary = head.summary if change.summary is None else change.summary
-    counter = head.counter if change.is_append else change.counter
-    return Head(head.incarnation, revision, summary, head.tail + len(change.entries), counter)
-
-
-def apply_write(
-    session_id: str, head: Optional[Head], entries: list[LogEntry], change: LogWrite, incarnation: str
-) -> tuple[Head, list[LogEntry]]:
-    """The reference semantics of ``write``: the new head and entries, or ``ConflictError``."""
-    error = write_conflict(session_id, head, change)
-    if error is not None:
-        raise error
-    updated = new_head(head, change, incarnation)
-    if change.create or change.replace or head is None:
-        kept: list[LogEntry] = []
-    else:
-        keep = set(change.keep)
-        kept = [entry for entry in entries if entry.seq >= change.cut or entry.seq in keep]
-    first = updated.tail - len(change.entries)
-    kept.extend(LogEntry(e.message, e.cost, first + i) for i, e in enumerate(change.entries))
-    return updated, kept

@@ -19,8 +19,8 @@ import uuid
 from typing import Any, Optional, Union
 
 from ..errors import ConflictError, InvalidStateError
-from ._common import Closing, apply_write, check_load, check_write, shown
 from ._protocol import AsyncStore, Head, LogEntry, LogWrite, Store, StoredLog, StoredSession
+from .rules import Closing, apply_write, check_load, check_write, shown
 
 __all__ = ["AsyncWholeStateLog", "WholeStateLog"]
 

@@ -7,8 +7,8 @@ import time
 import uuid
 from typing import NamedTuple, Optional
 
-from ._common import Closing, apply_write, check_load, check_prefix, check_session_id, check_write, is_expired
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
+from .rules import Closing, apply_write, check_load, check_prefix, check_session_id, check_write, is_expired
 
 __all__ = ["MemoryStore"]
 

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 from .. import _validate as v
 from .._extras import import_extra
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
-from ._common import (
+from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
+from ._whole import decode
+from .rules import (
     Closing,
     check_load,
     check_prefix,
@@ -32,8 +34,6 @@ from ._common import (
     shown,
     write_conflict,
 )
-from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
-from ._whole import decode
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection, Connection

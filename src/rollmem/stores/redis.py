@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from .._extras import import_extra
 from .._validate import check_positive_int, check_positive_number, type_name
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
-from ._common import (
+from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
+from ._whole import decode
+from .rules import (
     Closing,
     apply_write,
     check_load,
@@ -38,8 +40,6 @@ from ._common import (
     shown,
     write_conflict,
 )
-from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
-from ._whole import decode
 
 if TYPE_CHECKING:
     import redis

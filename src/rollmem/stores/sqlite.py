@@ -17,7 +17,8 @@ from typing import Optional, Union
 
 from .. import _validate as v
 from ..errors import StoreUnavailableError
-from ._common import (
+from ._protocol import Head, LogEntry, LogWrite, StoredLog
+from .rules import (
     Closing,
     check_load,
     check_prefix,
@@ -27,8 +28,7 @@ from ._common import (
     shown,
     write_conflict,
 )
-from ._common import new_head as _new_head
-from ._protocol import Head, LogEntry, LogWrite, StoredLog
+from .rules import new_head as _new_head
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 

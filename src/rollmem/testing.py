@@ -1,41 +1,56 @@
-"""The conformance suite every store runs, and helpers for backend-specific tests.
+"""The store conformance suite: the contract every bundled store passes, for your own store.
 
-Use it like cachetools' policy tests: subclass :class:`StoreContract` (sync methods) and/or
-:class:`AsyncStoreContract` (``a``-methods, each test is one ``asyncio.run``) and define
-``make_store(self)``, returning a new, empty store for each test::
+Needs ``pip install "rollmem[testing]"`` (pytest and hypothesis); importing this module without
+them raises :class:`~rollmem.errors.MissingExtraError` naming the extra. ``import rollmem`` never
+imports it.
 
-    class TestMemoryStore(StoreContract):
+Subclass :class:`LogStoreContract` (sync ``load``/``write``/... methods) and/or
+:class:`AsyncLogStoreContract` (``a``-methods, each test is one ``asyncio.run``) for a log store,
+:class:`StoreContract` / :class:`AsyncStoreContract` for a whole-state store, in a test module
+pytest collects, and define ``make_store(self)``, returning a new, empty store for each test::
+
+    from rollmem.stores import MemoryStore
+    from rollmem.testing import AsyncLogStoreContract, LogStoreContract
+
+    class TestMyStore(LogStoreContract):
         def make_store(self) -> MemoryStore:
             return MemoryStore()
 
-Each scenario is written once, as a generator that yields :func:`call` / :func:`pause` steps
-and receives their results (or has their exception thrown in); the two classes only drive
-it, with blocking or awaited calls. Server backends get ``service_url`` (skip, or fail under
-``ROLLMEM_REQUIRE_SERVICES=1``) and ``compare_and_set_in_processes``.
+Each scenario is written once, as a generator that yields call and pause steps
+and receives their results (or has their exception thrown in); the classes only drive it, with
+blocking or awaited calls. Server backends get :func:`service_url` (skip, or fail under
+``ROLLMEM_REQUIRE_SERVICES=1``) and :func:`compare_and_set_in_processes`; :func:`create`,
+:func:`append`, :func:`entry` and :func:`texts` build and read log writes in your own tests, and
+:class:`DictStore` is a minimal third-party-style whole-state store.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import json
-import multiprocessing
-import os
-import queue
-import re
-import threading
-import time
-import uuid
-from collections.abc import Generator, Iterator
-from typing import Any, Callable, ClassVar, NamedTuple, Optional, Union
+from . import _extras
 
-import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+for _module, _package in (("pytest", "pytest"), ("hypothesis", "hypothesis")):
+    _extras.import_extra(_module, package=_package, extra="testing", feature="rollmem.testing")
 
-from rollmem.errors import ConflictError
-from rollmem.stores import Head, LogEntry, LogWrite, StoredLog, StoredSession
-from rollmem.stores._common import apply_write, check_prefix, check_save, check_session_id, conflict
+import asyncio  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import os  # noqa: E402
+import queue  # noqa: E402
+import re  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Generator, Iterator  # noqa: E402
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, TypeVar, Union  # noqa: E402
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from .errors import ConflictError  # noqa: E402
+from .stores import Head, LogEntry, LogWrite, StoredLog, StoredSession  # noqa: E402
+from .stores.rules import apply_write, check_prefix, check_save, check_session_id, conflict  # noqa: E402
 
 __all__ = [
     "AsyncLogStoreContract",
@@ -43,33 +58,46 @@ __all__ = [
     "DictStore",
     "LogStoreContract",
     "StoreContract",
+    "append",
     "compare_and_set_in_processes",
     "compare_and_set_loop",
+    "create",
+    "entry",
     "service_url",
+    "texts",
 ]
 
 
-class Call(NamedTuple):
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _fixture(function: _F) -> _F:
+    """``pytest.fixture``, typed (mypy reads pytest's internals as untyped)."""
+    fixture: Callable[[_F], _F] = pytest.fixture
+    return fixture(function)
+
+
+class _Call(NamedTuple):
     method: str
     args: tuple[Any, ...]
 
 
-class Pause(NamedTuple):
+class _Pause(NamedTuple):
     seconds: float
 
 
-Step = Union[Call, Pause]
+Step = Union[_Call, _Pause]
 Scenario = Generator[Step, Any, None]
 
 
-def call(method: str, *args: Any) -> Call:
+def _call(method: str, *args: Any) -> _Call:
     """A step calling ``store.method(*args)`` (or ``await store.amethod(*args)``)."""
-    return Call(method, args)
+    return _Call(method, args)
 
 
-def pause(seconds: float) -> Pause:
+def _pause(seconds: float) -> _Pause:
     """A step sleeping ``seconds`` (``time.sleep`` or ``asyncio.sleep``)."""
-    return Pause(seconds)
+    return _Pause(seconds)
 
 
 def _next_step(steps: Scenario, result: Any, error: Optional[Exception]) -> Optional[Step]:
@@ -79,12 +107,12 @@ def _next_step(steps: Scenario, result: Any, error: Optional[Exception]) -> Opti
         return None
 
 
-def drive(store: Any, steps: Scenario) -> None:
+def _drive(store: Any, steps: Scenario) -> None:
     """Run a scenario with the store's blocking methods."""
     step = _next_step(steps, None, None)
     while step is not None:
         result, error = None, None
-        if isinstance(step, Pause):
+        if isinstance(step, _Pause):
             time.sleep(step.seconds)
         else:
             try:
@@ -94,13 +122,13 @@ def drive(store: Any, steps: Scenario) -> None:
         step = _next_step(steps, result, error)
 
 
-async def adrive(store: Any, steps: Scenario) -> None:
+async def _adrive(store: Any, steps: Scenario) -> None:
     """Run a scenario with the store's ``a``-methods, then ``aclose`` the store."""
     try:
         step = _next_step(steps, None, None)
         while step is not None:
             result, error = None, None
-            if isinstance(step, Pause):
+            if isinstance(step, _Pause):
                 await asyncio.sleep(step.seconds)
             else:
                 try:
@@ -112,7 +140,7 @@ async def adrive(store: Any, steps: Scenario) -> None:
         await store.aclose()
 
 
-def scenario(method: Callable[[Any], Scenario]) -> Callable[[Any, Any], None]:
+def _scenario(method: Callable[[Any], Scenario]) -> Callable[[Any, Any], None]:
     """Turn a scenario method into a test method that takes the ``store`` fixture."""
 
     def test(self: _Contract, store: Any) -> None:
@@ -159,7 +187,7 @@ class _Blocking:
     def make_store(self) -> Any:
         raise NotImplementedError
 
-    @pytest.fixture
+    @_fixture
     def store(self) -> Iterator[Any]:
         store = self.make_store()
         try:
@@ -168,7 +196,7 @@ class _Blocking:
             store.close()
 
     def run(self, store: Any, steps: Scenario) -> None:
-        drive(store, steps)
+        _drive(store, steps)
 
 
 class _Awaiting:
@@ -178,12 +206,12 @@ class _Awaiting:
     def make_store(self) -> Any:
         raise NotImplementedError
 
-    @pytest.fixture
+    @_fixture
     def store(self) -> Any:
         return self.make_store()
 
     def run(self, store: Any, steps: Scenario) -> None:
-        asyncio.run(adrive(store, steps))
+        asyncio.run(_adrive(store, steps))
 
 
 class _Contract:
@@ -200,135 +228,135 @@ class _Contract:
     def run(self, store: Any, steps: Scenario) -> None:
         raise NotImplementedError
 
-    @scenario
+    @_scenario
     def test_round_trip_and_revisions(self) -> Scenario:
-        assert (yield call("load", "s1")) is None
-        assert (yield call("save", "s1", STATE, 0)) == 1
-        assert (yield call("load", "s1")) == StoredSession(STATE, 1)
-        assert (yield call("save", "s1", "second", 1)) == 2
-        assert (yield call("save", "s1", "third", 2)) == 3
-        assert (yield call("load", "s1")) == StoredSession("third", 3)
-        assert (yield call("save", "s2", "other", 0)) == 1, "revisions are per session"
-        assert (yield call("load", "s1")) == StoredSession("third", 3)
+        assert (yield _call("load", "s1")) is None
+        assert (yield _call("save", "s1", STATE, 0)) == 1
+        assert (yield _call("load", "s1")) == StoredSession(STATE, 1)
+        assert (yield _call("save", "s1", "second", 1)) == 2
+        assert (yield _call("save", "s1", "third", 2)) == 3
+        assert (yield _call("load", "s1")) == StoredSession("third", 3)
+        assert (yield _call("save", "s2", "other", 0)) == 1, "revisions are per session"
+        assert (yield _call("load", "s1")) == StoredSession("third", 3)
 
-    @scenario
+    @_scenario
     def test_stored_text_comes_back_verbatim(self) -> Scenario:
         """Bad or odd data is kept and returned as text: parsing is the sessions layer's job."""
         for index, text in enumerate(ODD_TEXTS):
-            assert (yield call("save", f"t{index}", text, 0)) == 1
+            assert (yield _call("save", f"t{index}", text, 0)) == 1
         for index, text in enumerate(ODD_TEXTS):
-            assert (yield call("load", f"t{index}")) == StoredSession(text, 1)
+            assert (yield _call("load", f"t{index}")) == StoredSession(text, 1)
 
-    @scenario
+    @_scenario
     def test_odd_session_ids(self) -> Scenario:
         for session_id in ODD_IDS:
-            assert (yield call("save", session_id, session_id, 0)) == 1
+            assert (yield _call("save", session_id, session_id, 0)) == 1
         for session_id in ODD_IDS:
-            assert (yield call("load", session_id)) == StoredSession(session_id, 1)
-        assert (yield call("ids")) == sorted(ODD_IDS)
+            assert (yield _call("load", session_id)) == StoredSession(session_id, 1)
+        assert (yield _call("ids")) == sorted(ODD_IDS)
 
-    @scenario
+    @_scenario
     def test_stale_revision_conflicts_and_writes_nothing(self) -> Scenario:
-        yield call("save", "s", "one", 0)
-        yield call("save", "s", "two", 1)
+        yield _call("save", "s", "one", 0)
+        yield _call("save", "s", "two", 1)
         for stale in (1, 3, 99):
             with pytest.raises(ConflictError, match="'s'"):
-                yield call("save", "s", "lost", stale, 60)
-        assert (yield call("load", "s")) == StoredSession("two", 2)
-        assert (yield call("save", "s", "three", 2)) == 3
+                yield _call("save", "s", "lost", stale, 60)
+        assert (yield _call("load", "s")) == StoredSession("two", 2)
+        assert (yield _call("save", "s", "three", 2)) == 3
 
-    @scenario
+    @_scenario
     def test_create_when_exists_conflicts_and_writes_nothing(self) -> Scenario:
-        yield call("save", "s", "first", 0)
+        yield _call("save", "s", "first", 0)
         with pytest.raises(ConflictError, match="new session"):
-            yield call("save", "s", "second", 0)
-        assert (yield call("load", "s")) == StoredSession("first", 1)
+            yield _call("save", "s", "second", 0)
+        assert (yield _call("load", "s")) == StoredSession("first", 1)
 
-    @scenario
+    @_scenario
     def test_update_when_absent_conflicts_and_writes_nothing(self) -> Scenario:
         with pytest.raises(ConflictError, match="'ghost'"):
-            yield call("save", "ghost", "boo", 1)
-        assert (yield call("load", "ghost")) is None
-        assert (yield call("ids")) == []
+            yield _call("save", "ghost", "boo", 1)
+        assert (yield _call("load", "ghost")) is None
+        assert (yield _call("ids")) == []
 
-    @scenario
+    @_scenario
     def test_delete(self) -> Scenario:
-        assert (yield call("delete", "s")) is False
-        yield call("save", "s", "one", 0)
-        yield call("save", "s", "two", 1)
-        yield call("save", "keep", "kept", 0)
-        assert (yield call("delete", "s")) is True
-        assert (yield call("load", "s")) is None
-        assert (yield call("delete", "s")) is False
+        assert (yield _call("delete", "s")) is False
+        yield _call("save", "s", "one", 0)
+        yield _call("save", "s", "two", 1)
+        yield _call("save", "keep", "kept", 0)
+        assert (yield _call("delete", "s")) is True
+        assert (yield _call("load", "s")) is None
+        assert (yield _call("delete", "s")) is False
         with pytest.raises(ConflictError):
-            yield call("save", "s", "stale", 2)
-        assert (yield call("save", "s", "again", 0)) == 1, "a deleted session starts over"
-        assert (yield call("load", "keep")) == StoredSession("kept", 1)
+            yield _call("save", "s", "stale", 2)
+        assert (yield _call("save", "s", "again", 0)) == 1, "a deleted session starts over"
+        assert (yield _call("load", "keep")) == StoredSession("kept", 1)
 
-    @scenario
+    @_scenario
     def test_ids_sorted_by_prefix(self) -> Scenario:
-        assert (yield call("ids")) == []
+        assert (yield _call("ids")) == []
         for session_id in ["b", "a", "c/2", "c/1", "ca", "gone"]:
-            yield call("save", session_id, "x", 0)
-        yield call("delete", "gone")
-        assert (yield call("ids")) == ["a", "b", "c/1", "c/2", "ca"]
-        assert (yield call("ids", "")) == ["a", "b", "c/1", "c/2", "ca"]
-        assert (yield call("ids", "c")) == ["c/1", "c/2", "ca"]
-        assert (yield call("ids", "c/")) == ["c/1", "c/2"]
-        assert (yield call("ids", "c/1")) == ["c/1"]
-        assert (yield call("ids", "zzz")) == []
+            yield _call("save", session_id, "x", 0)
+        yield _call("delete", "gone")
+        assert (yield _call("ids")) == ["a", "b", "c/1", "c/2", "ca"]
+        assert (yield _call("ids", "")) == ["a", "b", "c/1", "c/2", "ca"]
+        assert (yield _call("ids", "c")) == ["c/1", "c/2", "ca"]
+        assert (yield _call("ids", "c/")) == ["c/1", "c/2"]
+        assert (yield _call("ids", "c/1")) == ["c/1"]
+        assert (yield _call("ids", "zzz")) == []
 
-    @scenario
+    @_scenario
     def test_ids_prefix_is_literal_and_case_sensitive(self) -> Scenario:
         """No LIKE, glob or regex meaning leaks into the prefix."""
         names = ["a%b", "a_b", "a*b", "a?b", "a[b]", "a\\b", "a.b", "A_b", "axb", "ab"]
         for session_id in names:
-            yield call("save", session_id, "x", 0)
+            yield _call("save", session_id, "x", 0)
         for prefix in ["a%", "a_", "a*", "a?", "a[", "a\\", "a.", "A"]:
-            assert (yield call("ids", prefix)) == [n for n in names if n.startswith(prefix)], prefix
-        assert (yield call("ids", "a")) == sorted(n for n in names if n.startswith("a"))
+            assert (yield _call("ids", prefix)) == [n for n in names if n.startswith(prefix)], prefix
+        assert (yield _call("ids", "a")) == sorted(n for n in names if n.startswith("a"))
 
-    @scenario
+    @_scenario
     def test_ttl_expiry(self) -> Scenario:
-        yield call("save", "short", "s", 0, self.ttl)
-        yield call("save", "long", "l", 0, 60)
-        yield call("save", "forever", "f", 0)
-        yield call("save", "made-permanent", "p", 0, self.ttl)
-        yield call("save", "made-permanent", "p2", 1)
-        yield call("save", "renewed", "r", 0, self.ttl)
-        yield call("save", "renewed", "r2", 1, 60)
-        yield call("save", "deleted-late", "d", 0, self.ttl)
-        yield call("save", "conflicted", "c", 0)
+        yield _call("save", "short", "s", 0, self.ttl)
+        yield _call("save", "long", "l", 0, 60)
+        yield _call("save", "forever", "f", 0)
+        yield _call("save", "made-permanent", "p", 0, self.ttl)
+        yield _call("save", "made-permanent", "p2", 1)
+        yield _call("save", "renewed", "r", 0, self.ttl)
+        yield _call("save", "renewed", "r2", 1, 60)
+        yield _call("save", "deleted-late", "d", 0, self.ttl)
+        yield _call("save", "conflicted", "c", 0)
         with pytest.raises(ConflictError):
-            yield call("save", "conflicted", "lost", 0, self.ttl)
-        assert (yield call("load", "short")) == StoredSession("s", 1)
-        assert "short" in (yield call("ids"))
-        yield pause(self.ttl * 2)
-        assert (yield call("load", "short")) is None
-        assert (yield call("ids")) == ["conflicted", "forever", "long", "made-permanent", "renewed"]
-        assert (yield call("load", "made-permanent")) == StoredSession("p2", 2)
-        assert (yield call("load", "renewed")) == StoredSession("r2", 2)
-        assert (yield call("load", "conflicted")) == StoredSession("c", 1), "a lost save set no ttl"
-        assert (yield call("delete", "deleted-late")) is False, "an expired session is not live"
+            yield _call("save", "conflicted", "lost", 0, self.ttl)
+        assert (yield _call("load", "short")) == StoredSession("s", 1)
+        assert "short" in (yield _call("ids"))
+        yield _pause(self.ttl * 2)
+        assert (yield _call("load", "short")) is None
+        assert (yield _call("ids")) == ["conflicted", "forever", "long", "made-permanent", "renewed"]
+        assert (yield _call("load", "made-permanent")) == StoredSession("p2", 2)
+        assert (yield _call("load", "renewed")) == StoredSession("r2", 2)
+        assert (yield _call("load", "conflicted")) == StoredSession("c", 1), "a lost save set no ttl"
+        assert (yield _call("delete", "deleted-late")) is False, "an expired session is not live"
         with pytest.raises(ConflictError, match=r"absent or expired|another writer"):
-            yield call("save", "short", "late", 1)
-        assert (yield call("save", "short", "new", 0)) == 1, "an expired session starts over"
-        assert (yield call("load", "short")) == StoredSession("new", 1)
+            yield _call("save", "short", "late", 1)
+        assert (yield _call("save", "short", "new", 0)) == 1, "an expired session starts over"
+        assert (yield _call("load", "short")) == StoredSession("new", 1)
 
-    @scenario
+    @_scenario
     def test_purge_expired(self) -> Scenario:
-        yield call("save", "a", "x", 0, self.ttl)
-        yield call("save", "b", "x", 0, self.ttl)
-        yield call("save", "c", "x", 0)
-        yield call("save", "d", "x", 0, 60)
-        assert (yield call("purge_expired")) == 0
-        yield pause(self.ttl * 2)
-        assert (yield call("purge_expired")) == (0 if self.expires_natively else 2)
-        assert (yield call("purge_expired")) == 0
-        assert (yield call("ids")) == ["c", "d"]
-        assert (yield call("load", "c")) == StoredSession("x", 1)
+        yield _call("save", "a", "x", 0, self.ttl)
+        yield _call("save", "b", "x", 0, self.ttl)
+        yield _call("save", "c", "x", 0)
+        yield _call("save", "d", "x", 0, 60)
+        assert (yield _call("purge_expired")) == 0
+        yield _pause(self.ttl * 2)
+        assert (yield _call("purge_expired")) == (0 if self.expires_natively else 2)
+        assert (yield _call("purge_expired")) == 0
+        assert (yield _call("ids")) == ["c", "d"]
+        assert (yield _call("load", "c")) == StoredSession("x", 1)
 
-    @scenario
+    @_scenario
     def test_bad_arguments_raise_and_write_nothing(self) -> Scenario:
         bad_saves: list[tuple[type[Exception], str, tuple[Any, ...]]] = [
             (TypeError, "session_id: expected str, got int", (7, "x", 0)),
@@ -350,13 +378,13 @@ class _Contract:
         ]
         for error, message, args in bad_saves:
             with pytest.raises(error, match=re.escape(message)):
-                yield call("save", *args)
+                yield _call("save", *args)
         for method in ("load", "delete"):
             with pytest.raises(TypeError, match="session_id: expected str, got None"):
-                yield call(method, None)
+                yield _call(method, None)
         with pytest.raises(TypeError, match="prefix: expected str, got bytes"):
-            yield call("ids", b"s")
-        assert (yield call("ids")) == []
+            yield _call("ids", b"s")
+        assert (yield _call("ids")) == []
 
 
 class StoreContract(_Blocking, _Contract):
@@ -379,7 +407,7 @@ class StoreContract(_Blocking, _Contract):
         for worker in workers:
             worker.join()
         assert errors == []
-        assert_every_increment_won_once(store.load("race"), won, threads * saves)
+        _assert_every_increment_won_once(store.load("race"), won, threads * saves)
 
     @settings(
         max_examples=20,
@@ -423,14 +451,14 @@ class AsyncStoreContract(_Awaiting, _Contract):
         async def main() -> tuple[list[list[int]], Optional[StoredSession]]:
             try:
                 won = await asyncio.gather(
-                    *(acompare_and_set_loop(store, "race", saves) for _ in range(tasks))
+                    *(_acompare_and_set_loop(store, "race", saves) for _ in range(tasks))
                 )
                 return list(won), await store.aload("race")
             finally:
                 await store.aclose()
 
         won, final = asyncio.run(main())
-        assert_every_increment_won_once(final, won, tasks * saves)
+        _assert_every_increment_won_once(final, won, tasks * saves)
 
 
 # Helpers for concurrency tests (threads, tasks, processes) against any store.
@@ -456,7 +484,7 @@ def compare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
     return won
 
 
-async def acompare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
+async def _acompare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
     """Async twin of :func:`compare_and_set_loop`."""
     won: list[int] = []
     while len(won) < saves:
@@ -469,7 +497,9 @@ async def acompare_and_set_loop(store: Any, session_id: str, saves: int) -> list
     return won
 
 
-def assert_every_increment_won_once(final: Optional[StoredSession], won: list[list[int]], total: int) -> None:
+def _assert_every_increment_won_once(
+    final: Optional[StoredSession], won: list[list[int]], total: int
+) -> None:
     """No update lost or duplicated: the counter and the revision both reached ``total``, and
     each revision 1..total was created by exactly one save."""
     assert final is not None
@@ -538,6 +568,7 @@ def entry(text: str, cost: int = 1) -> LogEntry:
 
 
 def texts(stored: Optional[StoredLog]) -> list[str]:
+    """The ``content`` of each entry of a loaded log (built by :func:`entry`); fails on ``None``."""
     assert stored is not None
     return [json.loads(e.message)["content"] for e in stored.entries]
 
@@ -545,12 +576,14 @@ def texts(stored: Optional[StoredLog]) -> list[str]:
 def create(
     *contents: str, summary: str = "", counter: Optional[str] = "c", ttl: Optional[float] = None
 ) -> LogWrite:
+    """A write creating a session with one :func:`entry` per text."""
     return LogWrite(
         "", tuple(entry(c) for c in contents), summary=summary, counter=counter, create=True, ttl=ttl
     )
 
 
 def append(head: Head, *contents: str, ttl: Optional[float] = None) -> LogWrite:
+    """A write appending one :func:`entry` per text to the session loaded with ``head``."""
     return LogWrite(head.incarnation, tuple(entry(c) for c in contents), counter=head.counter, ttl=ttl)
 
 
@@ -568,57 +601,57 @@ class _LogContract:
     def run(self, store: Any, steps: Scenario) -> None:
         raise NotImplementedError
 
-    @scenario
+    @_scenario
     def test_create_append_load(self) -> Scenario:
-        assert (yield call("load", "s")) is None
-        head = yield call("write", "s", create("a", "b", summary="S"))
+        assert (yield _call("load", "s")) is None
+        head = yield _call("write", "s", create("a", "b", summary="S"))
         assert (head.revision, head.tail, head.summary, head.counter) == (1, 2, "S", "c")
-        other = yield call("write", "t", create("x"))
+        other = yield _call("write", "t", create("x"))
         assert other.incarnation != head.incarnation, "incarnations are never reused"
-        stored = yield call("load", "s")
+        stored = yield _call("load", "s")
         assert stored.head == head
         assert not stored.delta
         assert texts(stored) == ["a", "b"]
         assert [(e.seq, e.cost) for e in stored.entries] == [(0, 1), (1, 1)]
-        after = yield call("write", "s", append(head, "c"))
+        after = yield _call("write", "s", append(head, "c"))
         assert (after.revision, after.tail, after.summary) == (1, 3, "S"), "an append bumps no revision"
-        assert texts((yield call("load", "s"))) == ["a", "b", "c"]
+        assert texts((yield _call("load", "s"))) == ["a", "b", "c"]
 
-    @scenario
+    @_scenario
     def test_appends_never_conflict_with_each_other(self) -> Scenario:
-        head = yield call("write", "s", create("a"))
+        head = yield _call("write", "s", create("a"))
         for text in ("b", "c", "d"):  # every writer loaded the same head
-            yield call("write", "s", append(head, text))
-        stored = yield call("load", "s")
+            yield _call("write", "s", append(head, text))
+        stored = yield _call("load", "s")
         assert texts(stored) == ["a", "b", "c", "d"]
         assert [e.seq for e in stored.entries] == [0, 1, 2, 3]
 
-    @scenario
+    @_scenario
     def test_fold_is_a_compare_and_set_that_keeps_later_appends(self) -> Scenario:
-        head = yield call("write", "s", create("a", "b", "c"))
-        yield call("write", "s", append(head, "d"))  # after the folder loaded
+        head = yield _call("write", "s", create("a", "b", "c"))
+        yield _call("write", "s", append(head, "d"))  # after the folder loaded
         fold = LogWrite(
             head.incarnation, (entry("e"),), expected_revision=1, summary="a b", cut=2, counter="c"
         )
-        folded = yield call("write", "s", fold)
+        folded = yield _call("write", "s", fold)
         assert (folded.revision, folded.summary, folded.tail) == (2, "a b", 5)
-        stored = yield call("load", "s")
+        stored = yield _call("load", "s")
         assert texts(stored) == ["c", "d", "e"]
         with pytest.raises(ConflictError, match="revision"):
-            yield call("write", "s", fold)  # the loser of two racing folds
-        assert (yield call("load", "s")) == stored, "a lost write changes nothing"
+            yield _call("write", "s", fold)  # the loser of two racing folds
+        assert (yield _call("load", "s")) == stored, "a lost write changes nothing"
 
-    @scenario
+    @_scenario
     def test_fold_keeps_pinned_entries_below_the_cut(self) -> Scenario:
-        head = yield call("write", "s", create("p", "a", "b", "c"))
+        head = yield _call("write", "s", create("p", "a", "b", "c"))
         fold = LogWrite(head.incarnation, expected_revision=1, summary="a b", cut=3, keep=(0,), counter="c")
-        yield call("write", "s", fold)
-        assert texts((yield call("load", "s"))) == ["p", "c"]
+        yield _call("write", "s", fold)
+        assert texts((yield _call("load", "s"))) == ["p", "c"]
 
-    @scenario
+    @_scenario
     def test_expected_tail_refuses_when_someone_appended(self) -> Scenario:
-        head = yield call("write", "s", create("a"))
-        yield call("write", "s", append(head, "b"))
+        head = yield _call("write", "s", create("a"))
+        yield _call("write", "s", append(head, "b"))
         for write in (
             LogWrite(head.incarnation, expected_revision=1, expected_tail=1, summary="x", cut=1, counter="c"),
             LogWrite(
@@ -631,134 +664,134 @@ class _LogContract:
             ),
         ):
             with pytest.raises(ConflictError, match="appended"):
-                yield call("write", "s", write)
+                yield _call("write", "s", write)
         rewrite = LogWrite(
             head.incarnation, (entry("z"),), expected_revision=1, expected_tail=2, replace=True
         )
-        after = yield call("write", "s", rewrite)
+        after = yield _call("write", "s", rewrite)
         assert (after.revision, after.tail, after.counter) == (2, 3, None), "sequence numbers never repeat"
-        stored = yield call("load", "s")
+        stored = yield _call("load", "s")
         assert texts(stored) == ["z"]
         assert stored.entries[0].seq == 2
 
-    @scenario
+    @_scenario
     def test_a_deleted_session_ends_its_incarnation(self) -> Scenario:
-        head = yield call("write", "s", create("old"))
-        assert (yield call("delete", "s")) is True
-        assert (yield call("delete", "s")) is False
+        head = yield _call("write", "s", create("old"))
+        assert (yield _call("delete", "s")) is True
+        assert (yield _call("delete", "s")) is False
         with pytest.raises(ConflictError, match="deleted, expired or recreated"):
-            yield call("write", "s", append(head, "late"))
-        again = yield call("write", "s", create("new"))
+            yield _call("write", "s", append(head, "late"))
+        again = yield _call("write", "s", create("new"))
         assert again.revision == 1
         assert again.incarnation != head.incarnation
         for stale in (append(head, "late"), LogWrite(head.incarnation, expected_revision=1, summary="x")):
             with pytest.raises(ConflictError, match="deleted, expired or recreated"):
-                yield call("write", "s", stale)
-        assert texts((yield call("load", "s"))) == ["new"]
+                yield _call("write", "s", stale)
+        assert texts((yield _call("load", "s"))) == ["new"]
 
-    @scenario
+    @_scenario
     def test_create_when_live_and_counter_changes_conflict(self) -> Scenario:
-        head = yield call("write", "s", create("a"))
+        head = yield _call("write", "s", create("a"))
         with pytest.raises(ConflictError, match="created it first"):
-            yield call("write", "s", create("b"))
+            yield _call("write", "s", create("b"))
         with pytest.raises(ConflictError, match="counter"):
-            yield call("write", "s", LogWrite(head.incarnation, (entry("b"),), counter="other"))
-        assert texts((yield call("load", "s"))) == ["a"]
+            yield _call("write", "s", LogWrite(head.incarnation, (entry("b"),), counter="other"))
+        assert texts((yield _call("load", "s"))) == ["a"]
 
-    @scenario
+    @_scenario
     def test_load_since_a_head(self) -> Scenario:
-        head = yield call("write", "s", create("a", "b"))
-        same = yield call("load", "s", head)
-        yield call("write", "s", append(head, "c"))
-        later = yield call("load", "s", head)
+        head = yield _call("write", "s", create("a", "b"))
+        same = yield _call("load", "s", head)
+        yield _call("write", "s", append(head, "c"))
+        later = yield _call("load", "s", head)
         if self.delta_loads:
             assert (same.delta, same.entries) == (True, ())
             assert (later.delta, texts(later), later.entries[0].seq) == (True, ["c"], 2)
         else:
             assert texts(later) == ["a", "b", "c"]
-        yield call(
+        yield _call(
             "write", "s", LogWrite(head.incarnation, expected_revision=1, summary="a", cut=1, counter="c")
         )
-        folded = yield call("load", "s", head)
+        folded = yield _call("load", "s", head)
         assert (folded.delta, texts(folded)) == (False, ["b", "c"]), "after a fold, everything"
 
-    @scenario
+    @_scenario
     def test_odd_texts_and_ids_round_trip(self) -> Scenario:
         odd = 'héllo 🌍 \n\t "q" \\ \u2028 ; DROP TABLE x; --'
         for session_id in ODD_IDS:
-            yield call("write", session_id, create(odd, summary=odd))
+            yield _call("write", session_id, create(odd, summary=odd))
         for session_id in ODD_IDS:
-            stored = yield call("load", session_id)
+            stored = yield _call("load", session_id)
             assert (texts(stored), stored.head.summary) == ([odd], odd)
-        assert (yield call("ids")) == sorted(ODD_IDS)
+        assert (yield _call("ids")) == sorted(ODD_IDS)
 
-    @scenario
+    @_scenario
     def test_long_session_ids(self) -> Scenario:
         """Ids of any length are kept whole: 3,004 characters that do not compress (beyond what a
         PostgreSQL index row holds), a 20,000-character one, ids that share a long prefix."""
         noise = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(60))
         long_ids = [noise[:3004], "é" * 20_000, noise[:3004] + "-b", noise[:3000]]
         for number, session_id in enumerate(long_ids):
-            head = yield call("write", session_id, create(f"m{number}", summary=f"s{number}"))
-            head = yield call("write", session_id, append(head, "later"))
+            head = yield _call("write", session_id, create(f"m{number}", summary=f"s{number}"))
+            head = yield _call("write", session_id, append(head, "later"))
             fold = LogWrite(
                 head.incarnation, (entry("new"),), expected_revision=1, summary="folded", cut=1, counter="c"
             )
-            yield call("write", session_id, fold)
+            yield _call("write", session_id, fold)
         for session_id in long_ids:
-            stored = yield call("load", session_id)
+            stored = yield _call("load", session_id)
             assert (texts(stored), stored.head.summary) == (["later", "new"], "folded")
-        assert (yield call("ids")) == sorted(long_ids)
-        assert (yield call("ids", noise[:3000])) == sorted([long_ids[0], long_ids[2], long_ids[3]])
-        assert (yield call("ids", noise[:3003] + "-")) == []
-        assert (yield call("delete", long_ids[0])) is True
-        assert (yield call("load", long_ids[0])) is None
-        assert (yield call("load", long_ids[2])) is not None
-        assert (yield call("ids", noise[:3004])) == [long_ids[2]]
-        again = yield call("write", long_ids[0], create("again"))
+        assert (yield _call("ids")) == sorted(long_ids)
+        assert (yield _call("ids", noise[:3000])) == sorted([long_ids[0], long_ids[2], long_ids[3]])
+        assert (yield _call("ids", noise[:3003] + "-")) == []
+        assert (yield _call("delete", long_ids[0])) is True
+        assert (yield _call("load", long_ids[0])) is None
+        assert (yield _call("load", long_ids[2])) is not None
+        assert (yield _call("ids", noise[:3004])) == [long_ids[2]]
+        again = yield _call("write", long_ids[0], create("again"))
         assert again.revision == 1
-        assert texts((yield call("load", long_ids[0]))) == ["again"]
+        assert texts((yield _call("load", long_ids[0]))) == ["again"]
 
-    @scenario
+    @_scenario
     def test_ids_by_literal_prefix(self) -> Scenario:
         names = ["a%b", "a_b", "a*b", "a[b]", "A_b", "ab", "c/1", "gone"]
         for session_id in names:
-            yield call("write", session_id, create("x"))
-        yield call("delete", "gone")
+            yield _call("write", session_id, create("x"))
+        yield _call("delete", "gone")
         for prefix in ["", "a%", "a_", "a*", "a[", "A", "c/", "zzz"]:
             expected = sorted(n for n in names if n.startswith(prefix) and n != "gone")
-            assert (yield call("ids", prefix)) == expected, prefix
+            assert (yield _call("ids", prefix)) == expected, prefix
 
-    @scenario
+    @_scenario
     def test_ttl_and_purge(self) -> Scenario:
-        short = yield call("write", "short", create("s", ttl=self.ttl))
-        yield call("write", "renewed", create("r", ttl=self.ttl))
-        renewed = (yield call("load", "renewed")).head
-        yield call("write", "renewed", append(renewed, "r2", ttl=60))
-        yield call("write", "forever", create("f"))
-        yield pause(self.ttl * 2)
-        assert (yield call("load", "short")) is None
-        assert (yield call("ids")) == ["forever", "renewed"]
+        short = yield _call("write", "short", create("s", ttl=self.ttl))
+        yield _call("write", "renewed", create("r", ttl=self.ttl))
+        renewed = (yield _call("load", "renewed")).head
+        yield _call("write", "renewed", append(renewed, "r2", ttl=60))
+        yield _call("write", "forever", create("f"))
+        yield _pause(self.ttl * 2)
+        assert (yield _call("load", "short")) is None
+        assert (yield _call("ids")) == ["forever", "renewed"]
         with pytest.raises(ConflictError):
-            yield call("write", "short", append(short, "late"))
-        assert (yield call("purge_expired")) == (0 if self.expires_natively else 1), (
+            yield _call("write", "short", append(short, "late"))
+        assert (yield _call("purge_expired")) == (0 if self.expires_natively else 1), (
             "the late write made nothing"
         )
-        again = yield call("write", "short", create("new"))
+        again = yield _call("write", "short", create("new"))
         assert again.incarnation != short.incarnation
-        assert texts((yield call("load", "short"))) == ["new"]
+        assert texts((yield _call("load", "short"))) == ["new"]
 
-    @scenario
+    @_scenario
     def test_purge_expired(self) -> Scenario:
-        yield call("write", "a", create("x", ttl=self.ttl))
-        yield call("write", "b", create("x", ttl=self.ttl))
-        yield call("write", "c", create("x"))
-        assert (yield call("purge_expired")) == 0
-        yield pause(self.ttl * 2)
-        assert (yield call("purge_expired")) == (0 if self.expires_natively else 2)
-        assert (yield call("ids")) == ["c"]
+        yield _call("write", "a", create("x", ttl=self.ttl))
+        yield _call("write", "b", create("x", ttl=self.ttl))
+        yield _call("write", "c", create("x"))
+        assert (yield _call("purge_expired")) == 0
+        yield _pause(self.ttl * 2)
+        assert (yield _call("purge_expired")) == (0 if self.expires_natively else 2)
+        assert (yield _call("ids")) == ["c"]
 
-    @scenario
+    @_scenario
     def test_bad_arguments_raise_and_write_nothing(self) -> Scenario:
         bad: list[tuple[type[Exception], str, tuple[Any, ...]]] = [
             (TypeError, "session_id: expected str, got int", (7, create("x"))),
@@ -767,8 +800,8 @@ class _LogContract:
             (
                 TypeError,
                 "change.entries[0]: expected a LogEntry, got str",
-                ("s", LogWrite("", ("x",), create=True)),
-            ),  # type: ignore[arg-type]
+                ("s", LogWrite("", ("x",), create=True)),  # type: ignore[arg-type]
+            ),
             (
                 ValueError,
                 "change.entries[0].message must not contain NUL",
@@ -783,7 +816,7 @@ class _LogContract:
                 TypeError,
                 "change.expected_revision: expected int, got bool",
                 ("s", LogWrite("i", expected_revision=True)),
-            ),  # type: ignore[arg-type]
+            ),
             (
                 ValueError,
                 "a rewrite (replace=True) needs expected_revision and expected_tail",
@@ -797,10 +830,10 @@ class _LogContract:
         ]
         for error, message, args in bad:
             with pytest.raises(error, match=re.escape(message)):
-                yield call("write", *args)
+                yield _call("write", *args)
         with pytest.raises(TypeError, match="since: expected a Head or None, got int"):
-            yield call("load", "s", 3)
-        assert (yield call("ids")) == []
+            yield _call("load", "s", 3)
+        assert (yield _call("ids")) == []
 
 
 _LOG_OPERATION = st.one_of(
@@ -998,7 +1031,8 @@ class AsyncLogStoreContract(_Awaiting, _LogContract):
                         await asyncio.sleep(0)
 
                 await asyncio.gather(*(appender(i) for i in range(6)))
-                return await store.aload("s")
+                loaded: Optional[StoredLog] = await store.aload("s")
+                return loaded
             finally:
                 await store.aclose()
 
