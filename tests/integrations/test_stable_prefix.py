@@ -46,6 +46,7 @@ def extends(before: list[Any], after: list[Any]) -> bool:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_langchain_middleware_requests(seed: int) -> None:
+    pytest.importorskip("langchain.agents")  # LangChain v1: Python 3.10+
     from langchain_core.messages import HumanMessage, SystemMessage, convert_to_openai_messages
 
     from rollmem.integrations.langchain import RollingMemoryMiddleware
@@ -78,6 +79,7 @@ def test_langchain_middleware_requests(seed: int) -> None:
 
 
 def test_langchain_middleware_opens_a_long_tool_chain_with_a_user_turn() -> None:
+    pytest.importorskip("langchain.agents")  # LangChain v1: Python 3.10+
     from langchain_core.messages import AIMessage, HumanMessage
 
     from rollmem.adapters import CONTINUATION_TEXT
