@@ -8,11 +8,13 @@ plugin and runner on that file, so only what the session stored carries over.
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
+import warnings
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -38,6 +40,18 @@ from rollmem.integrations.google_adk import STATE_PREFIX, RollingMemoryPlugin, s
 
 # ADK 2.0 announces its experimental features once per process (2.13 no longer does).
 pytestmark = pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature:UserWarning")
+
+
+@pytest.fixture(autouse=True)
+def _adk_sqlite_leaks() -> Iterator[None]:
+    """google-adk's ``SqliteSessionService`` checks its schema inside ``with sqlite3.connect(...)``,
+    which commits but never closes (Python 3.13 warns when such a connection is collected). Its
+    connections are collected here, where that warning is expected, so none fires in a later test."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "unclosed database", ResourceWarning)
+        yield
+        gc.collect()
+
 
 APP = "weather"
 USER = "user-1"
