@@ -686,6 +686,7 @@ def test_evicted_items_reach_on_evict_and_the_archive_once(tmp_path: Path, on_st
     assert kept[0]["content"].startswith(SUMMARY_HEADER)
     assert [item for batch in seen for item in batch] == archived
     assert archived + kept[1:] == added  # every item is archived or kept, once, in order
+    archive.close()
     if store is not None:
         store.close()
 
