@@ -27,6 +27,7 @@ from agent_framework import (  # noqa: E402
     tool,
 )
 
+from rollmem import cached_target  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
 from rollmem.integrations.agent_framework import (  # noqa: E402
@@ -329,6 +330,8 @@ async def test_the_strategy_called_directly_keeps_units_whole(recorder: Any) -> 
 
 def test_arguments_are_checked() -> None:
     assert RollingCompaction().max_tokens == DEFAULT_MAX_TOKENS
+    assert RollingCompaction().target_tokens == cached_target(DEFAULT_MAX_TOKENS)  # cache-friendly folds
+    assert RollingCompaction(target_tokens=DEFAULT_MAX_TOKENS).target_tokens == DEFAULT_MAX_TOKENS
     with pytest.raises(ValueError, match="max_tokens"):
         RollingCompaction(0)
     with pytest.raises(TypeError, match="summarize_fn"):

@@ -33,7 +33,7 @@ from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.genai import types
 from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, SummarizerDown
 
-from rollmem import Message
+from rollmem import Message, cached_target
 from rollmem.adapters import CONTINUATION_TEXT
 from rollmem.errors import InvalidStateError
 from rollmem.integrations.google_adk import STATE_PREFIX, RollingMemoryPlugin, summary_instruction
@@ -467,6 +467,8 @@ def test_arguments_are_checked() -> None:
     with pytest.raises(TypeError, match="summary_text"):
         RollingMemoryPlugin(10, summary_text="no")  # type: ignore[arg-type]
     assert RollingMemoryPlugin().max_tokens == 2000
+    assert RollingMemoryPlugin().target_tokens == cached_target(2000) == 765  # deep, cache-friendly folds
+    assert RollingMemoryPlugin(2000, target_tokens=2000).target_tokens == 2000
     assert RollingMemoryPlugin().name == "rollmem"
 
 

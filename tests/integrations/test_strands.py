@@ -17,7 +17,7 @@ from strands.models.model import Model  # noqa: E402
 from strands.session.file_session_manager import FileSessionManager  # noqa: E402
 from strands.types.exceptions import ContextWindowOverflowException, EventLoopException  # noqa: E402
 
-from rollmem import Message  # noqa: E402
+from rollmem import Message, cached_target  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
 from rollmem.integrations.strands import (  # noqa: E402
@@ -309,7 +309,7 @@ def test_the_defaults() -> None:
     manager = RollingConversationManager()
     assert DEFAULT_MAX_TOKENS == 2000
     assert manager.memory.max_tokens == DEFAULT_MAX_TOKENS
-    assert manager.memory.target_tokens == DEFAULT_MAX_TOKENS
+    assert manager.memory.target_tokens == cached_target(DEFAULT_MAX_TOKENS) == 765
     assert manager.summarize_fn is None
 
 

@@ -51,6 +51,7 @@ from ..counters import counter_identity
 from ..errors import InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+from ..policies import cached_target
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_SOURCE_ID", "SUMMARY_MARKER", "RollingCompaction"]
 
@@ -255,7 +256,8 @@ class RollingCompaction:
     target_tokens=None, source_id="rollmem")``: the budget, summarizer (``summarize_fn(summary,
     evicted) -> str``, sync or a coroutine function, ``evicted`` being rollmem
     :class:`~rollmem.Message` objects) and counter are :class:`~rollmem.AsyncRollingMemory`'s,
-    checked the same way. Without ``summarize_fn`` folded messages just leave the requests.
+    checked the same way; ``target_tokens`` defaults to :func:`rollmem.cached_target`
+    ``(max_tokens)``. Without ``summarize_fn`` folded messages just leave the requests.
     Pass the object as the agent's ``compaction_strategy`` and in its ``context_providers`` (the
     module docstring states the rules and where the state lives).
 
@@ -284,7 +286,7 @@ class RollingCompaction:
         self.source_id = v.check_str("source_id", source_id, allow_empty=False)
         _import()
         self.max_tokens = max_tokens
-        self.target_tokens = target_tokens
+        self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
         self.summarize_fn = summarize_fn
         self.token_counter = token_counter
         self._counter_identity = counter_identity(memory.token_counter)

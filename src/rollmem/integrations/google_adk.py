@@ -34,6 +34,7 @@ from ..counters import counter_identity
 from ..errors import InvalidStateError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
+from ..policies import cached_target
 
 __all__ = ["DEFAULT_MAX_TOKENS", "STATE_PREFIX", "RollingMemoryPlugin", "summary_instruction"]
 
@@ -330,10 +331,11 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
     :class:`~rollmem.AsyncRollingMemory` with ``max_tokens``, ``target_tokens``,
     ``summarize_fn`` (sync or a coroutine function) and ``token_counter``: whole units (a model
     content with its function calls and the responses, parallel calls included, are one unit),
-    oldest first, down to ``target_tokens`` once over ``max_tokens``, the newest unit always
-    kept, the cut aligned so the kept part does not open with a reply, each message summarized
-    exactly once. A model content whose function call has no response in the request yet
-    (a long-running tool still pending) is pinned: never folded while pending.
+    oldest first, down to ``target_tokens`` (default :func:`rollmem.cached_target` ``(max_tokens)``)
+    once over ``max_tokens``, the newest unit always kept, the cut aligned so the kept part does
+    not open with a reply, each message summarized exactly once. A model content whose function
+    call has no response in the request yet (a long-running tool still pending) is pinned: never
+    folded while pending.
 
     The request then holds: the system instruction with ``summary_text(summary)`` appended (when
     the summary is not empty), a user turn :data:`rollmem.adapters.CONTINUATION_TEXT` when the
@@ -376,7 +378,7 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
         v.check_str("name", name, allow_empty=False)
         super().__init__(name=name)
         self.max_tokens = max_tokens
-        self.target_tokens = target_tokens
+        self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
         self.summarize_fn = summarize_fn
         self.token_counter = token_counter
         self.summary_text: Callable[[str], str] = (

@@ -26,6 +26,7 @@ from ..counters import counter_identity, words
 from ..errors import InvalidStateError, StateTypeError
 from ..memory import RollingMemory, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
+from ..policies import cached_target
 
 _FEATURE = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
 
@@ -65,7 +66,8 @@ DEFAULT_MAX_TOKENS = 2000
 """The default budget of the verbatim messages: the one of
 :class:`~rollmem.integrations.langchain.RollingMemoryMiddleware` and :class:`~rollmem.RollingMemory`."""
 DEFAULT_TARGET_TOKENS: Optional[int] = None
-"""The default fold target: ``None`` folds down to ``max_tokens``, as the LangChain middleware does."""
+"""The default fold target: ``None`` folds down to :func:`rollmem.cached_target` ``(max_tokens)``,
+as the LangChain middleware does (deep, rare folds: the cheapest with provider prompt caching)."""
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 """The first line of the summary text block that opens ``agent.messages`` once there is a summary."""
@@ -251,7 +253,8 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
     takes the arguments of :class:`~rollmem.RollingMemory` and applies its rules: before every
     model call (a ``BeforeModelCallEvent`` hook) and after every invocation
     (:meth:`apply_management`), the messages added since the last look are counted once each, and
-    when the buffer is over ``max_tokens`` its oldest whole units go (down to ``target_tokens``),
+    when the buffer is over ``max_tokens`` its oldest whole units go (down to ``target_tokens``,
+    default :func:`rollmem.cached_target` ``(max_tokens)``),
     folded into the summary by one ``summarize_fn(summary, evicted)`` call, ``evicted`` being
     rollmem messages converted by :func:`to_rollmem`, each message exactly once. Without
     ``summarize_fn`` they are dropped. A unit is an assistant message with ``toolUse`` blocks and
@@ -292,7 +295,7 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
             max_tokens,
             None if summarize_fn is None else self._summarize,
             token_counter,
-            target_tokens=target_tokens,
+            target_tokens=cached_target(max_tokens) if target_tokens is None else target_tokens,
             on_evict=self._evicted,
         )
         self._view: list[Any] = []  # the Strands messages of the memory's buffer, as added
