@@ -11,13 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmem import AsyncRollingMemory, RollingMemory
+from rollmem.adapters import to_openai
 from rollmem.counters import chars, words
 from rollmem.message import Message, ToolCall
 from rollmem.summarizers import (
+    CACHED_INSTRUCTION,
     DEFAULT_TEMPLATE,
     SHORTEN_TEMPLATE,
+    async_cached_summarizer,
     async_prompt_summarizer,
     async_with_fallback,
+    cached_summarizer,
+    cached_summary_request,
     extractive_summarizer,
     prompt_summarizer,
     with_fallback,
@@ -507,3 +512,145 @@ def test_async_memory_with_the_async_summarizer() -> None:
     memory = asyncio.run(scenario())
     assert memory.summary == "Seoul in May, then Busan."
     assert "user: Seoul in May please." in llm.prompts[0]
+
+
+# --- cached_summarizer: a request sharing the conversation's cached prefix ----------------------
+
+SYSTEM_PROMPT = "You are a travel agent. Answer briefly."
+
+
+class MessageCompletions:
+    """A scripted LLM taking a list of messages: answers with the next reply, records the requests."""
+
+    def __init__(self, *replies: object) -> None:
+        self.replies = list(replies)
+        self.requests: list[list[Message]] = []
+
+    def __call__(self, messages: list[Message]) -> Any:
+        self.requests.append(messages)
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def acall(self, messages: list[Message]) -> Any:
+        await asyncio.sleep(0)
+        return self(messages)
+
+
+def test_cached_summary_request_lays_out_system_summary_evicted_then_the_instruction() -> None:
+    request = cached_summary_request("They plan a trip.", TURNS[:3], system=SYSTEM_PROMPT)
+    assert request == [
+        Message("system", SYSTEM_PROMPT),
+        Message("system", "They plan a trip."),
+        *TURNS[:3],
+        Message("user", CACHED_INSTRUCTION),
+    ]
+    # No system prompt and no summary yet: only the evicted messages and the instruction.
+    assert cached_summary_request("", TURNS[:1], instruction="Summarize.") == [
+        TURNS[0],
+        Message("user", "Summarize."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"summary": 1}, TypeError, "summary: expected str, got int"),
+        ({"evicted": "hello"}, TypeError, "evicted: expected a sequence of Message, got str"),
+        ({"evicted": [TURNS[0], {"role": "user"}]}, TypeError, r"evicted\[1\]: expected Message, got dict"),
+        ({"system": ""}, ValueError, "system must not be empty"),
+        ({"instruction": ""}, ValueError, "instruction must not be empty"),
+    ],
+)
+def test_cached_summary_request_checks_its_arguments(
+    kwargs: dict[str, Any], error: type, message: str
+) -> None:
+    arguments: dict[str, Any] = {"summary": "", "evicted": TURNS, **kwargs}
+    with pytest.raises(error, match=message):
+        cached_summary_request(arguments.pop("summary"), arguments.pop("evicted"), **arguments)
+
+
+def _run_cached(asynchronous: bool, llm: MessageCompletions) -> tuple[str, list[list[Message]]]:
+    """Drive a memory through TURNS four times; before each add, the request the app would send.
+    Returns the final summary and, per summarizer call, the last request sent before it."""
+    sent: list[list[Message]] = []
+    last_before_fold: list[list[Message]] = []
+
+    def complete(messages: list[Message]) -> Any:
+        last_before_fold.append(sent[-1])
+        return llm(messages)
+
+    async def acomplete(messages: list[Message]) -> Any:
+        await asyncio.sleep(0)
+        return complete(messages)
+
+    if asynchronous:
+        amemory = AsyncRollingMemory(
+            40, async_cached_summarizer(acomplete, system=SYSTEM_PROMPT), chars(), target_tokens=10
+        )
+
+        async def drive() -> None:
+            for message in TURNS * 4:
+                sent.append([Message("system", SYSTEM_PROMPT), *amemory.get_messages()])
+                await amemory.extend([message])
+
+        asyncio.run(drive())
+        return amemory.summary, last_before_fold
+    memory = RollingMemory(40, cached_summarizer(complete, system=SYSTEM_PROMPT), chars(), target_tokens=10)
+    for message in TURNS * 4:
+        sent.append([Message("system", SYSTEM_PROMPT), *memory.get_messages()])
+        memory.extend([message])
+    return memory.summary, last_before_fold
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_the_summarization_request_extends_a_prefix_of_the_last_request_sent(asynchronous: bool) -> None:
+    replies = [f"summary {n}" for n in range(1, 9)]
+    llm = MessageCompletions(*replies)
+    summary, last_sent = _run_cached(asynchronous, llm)
+    assert len(llm.requests) >= 2, "the memory folded, with a summary the second time"
+    assert llm.requests[1][1] == Message("system", "summary 1")
+    for request, last in zip(llm.requests, last_sent):
+        *shared, instruction = request
+        assert instruction == Message("user", CACHED_INSTRUCTION)
+        assert len(shared) > 1
+        assert shared[0] == Message("system", SYSTEM_PROMPT)
+        # The last request sent before the fold began with exactly these messages, so a provider's
+        # prompt cache serves them (as rendered by the adapters).
+        assert to_openai(last)[: len(shared)] == to_openai(shared)
+    assert summary == replies[len(llm.requests) - 1]
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("reply", "error", "message"), [("  ", ValueError, "empty summary"), (7, TypeError, "str")]
+)
+def test_a_bad_completion_leaves_the_memory_as_it_was(
+    form: str, reply: object, error: type, message: str
+) -> None:
+    llm = MessageCompletions(reply)
+    if form == "sync":
+        memory = RollingMemory(5, cached_summarizer(llm))
+        memory.add_user_message("one two three")
+        with pytest.raises(error, match=message):
+            memory.add_user_message("four five six")
+    else:
+        memory = AsyncRollingMemory(5, async_cached_summarizer(llm.acall))  # type: ignore[assignment]
+        asyncio.run(memory.add_user_message("one two three"))  # type: ignore[arg-type]
+        with pytest.raises(error, match=message):
+            asyncio.run(memory.add_user_message("four five six"))  # type: ignore[arg-type]
+    assert memory.summary == ""
+    assert [m.content for m in memory.buffer] == ["one two three", "four five six"]
+    assert memory.stats().failed_folds == 1
+
+
+def test_cached_summarizer_checks_its_arguments_at_construction() -> None:
+    with pytest.raises(TypeError, match="complete"):
+        cached_summarizer("no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="async_cached_summarizer"):
+        cached_summarizer(MessageCompletions().acall)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="system must not be empty"):
+        cached_summarizer(MessageCompletions(), system="")
+    with pytest.raises(ValueError, match="instruction must not be empty"):
+        async_cached_summarizer(MessageCompletions().acall, instruction="")

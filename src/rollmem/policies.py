@@ -193,17 +193,17 @@ class TokenBudget(Policy):
 def cached_target(max_tokens: int) -> int:
     """The ``target_tokens`` rollmem recommends with provider prompt caching (the cheapest per
     conversation at equal context in the billed-cost benchmark): ``1050 - max_tokens // 7``,
-    at most 5/8 and at least 1/10 of ``max_tokens`` (and at least 1).
+    at most 5/8 and at least 1/50 of ``max_tokens`` (and at least 1).
 
     A fold rewrites every token after the system prompt, so with prompt caching (a cache write at
     1x-2x the input price, a read at about 0.1x) a memory that folds a little on most turns bills
     nearly every request as a full write. Folding deeper, less often, keeps most requests a cheap
     extension of the previous one; the larger the budget, the deeper the fold that pays (1000 ->
-    625, 2000 -> 765, 4000 -> 479, 8000 -> 800). ``max_tokens`` is validated as
+    625, 2000 -> 765, 4000 -> 479, 6000 -> 193, 8000 -> 160). ``max_tokens`` is validated as
     :class:`TokenBudget` validates it.
     """
     limit = v.check_positive_int("max_tokens", max_tokens)
-    return max(1, limit // 10, min(limit * 5 // 8, 1050 - limit // 7))
+    return max(1, limit // 50, min(limit * 5 // 8, 1050 - limit // 7))
 
 
 class MessageWindow(Policy):

@@ -2,6 +2,9 @@
 
 - :func:`prompt_summarizer` / :func:`async_prompt_summarizer` turn any ``complete(prompt) -> str``
   (your LLM call) into a ``summarize_fn``, optionally bounded to ``max_summary_tokens``;
+- :func:`cached_summarizer` / :func:`async_cached_summarizer` turn ``complete(messages) -> str`` into
+  a ``summarize_fn`` whose request (:func:`cached_summary_request`) shares the conversation's cached
+  prompt prefix, the cheapest way to summarize with provider prompt caching;
 - :func:`extractive_summarizer` needs no LLM: it keeps the first sentence of each folded turn;
 - :func:`with_fallback` / :func:`async_with_fallback` call a second summarizer when the first fails,
   so an LLM outage degrades the summary instead of raising into the chat.
@@ -20,13 +23,17 @@ from typing import Any, Callable, Optional, Union
 from . import _validate as v
 from ._types import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from .counters import words
-from .message import Message
+from .message import SYSTEM, USER, Message
 
 __all__ = [
+    "CACHED_INSTRUCTION",
     "DEFAULT_TEMPLATE",
     "SHORTEN_TEMPLATE",
+    "async_cached_summarizer",
     "async_prompt_summarizer",
     "async_with_fallback",
+    "cached_summarizer",
+    "cached_summary_request",
     "extractive_summarizer",
     "newest_suffix",
     "prompt_summarizer",
@@ -295,6 +302,115 @@ def async_prompt_summarizer(
             except StopIteration as stop:
                 result: str = stop.value
                 return result
+
+    return summarize
+
+
+# ---------------------------------------------------------------------------------------------
+# cached_summarizer: a summarization request that shares the conversation's cached prefix
+
+CACHED_INSTRUCTION = """\
+Stop the conversation here: the turns above are leaving the context. Write the updated summary of \
+the conversation so far: the summary in the system message above, if there is one, plus the turns \
+above. It replaces that summary, so it must be self-contained. Keep every name, number, date, \
+amount, decision and open question. Reply with the summary only."""
+"""The user message :func:`cached_summary_request` puts after the evicted messages."""
+
+
+def _check_messages(name: str, messages: object) -> list[Message]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise v.type_error(name, "a sequence of Message", messages)
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise v.type_error(f"{name}[{index}]", "Message", message)
+    return list(messages)
+
+
+def cached_summary_request(
+    summary: str,
+    evicted: Sequence[Message],
+    *,
+    system: Optional[str] = None,
+    instruction: str = CACHED_INSTRUCTION,
+) -> list[Message]:
+    """The messages of a summarization request that shares the conversation's cached prompt prefix:
+    ``Message("system", system)`` when ``system`` is given (your conversation's system prompt),
+    ``Message("system", summary)`` when ``summary`` is not empty (where
+    :meth:`~rollmem.RollingMemory.get_messages` and the integrations put it), the ``evicted``
+    messages as they are, then ``Message("user", instruction)``.
+
+    A fold evicts the oldest messages of the buffer, so the request before the fold began with
+    exactly these messages: rendered the same way as the conversation's requests (the same adapter,
+    the same system prompt), all but the instruction is read from the provider's prompt cache
+    (about 0.1x the input price) instead of being billed in full. Builds a list only; rollmem never
+    calls a model. Bad arguments raise ``TypeError`` / ``ValueError`` naming them.
+    """
+    v.check_str("summary", summary)
+    messages = _check_messages("evicted", evicted)
+    if system is not None:
+        v.check_str("system", system, allow_empty=False)
+    v.check_str("instruction", instruction, allow_empty=False)
+    head = [Message(SYSTEM, system)] if system is not None else []
+    if summary:
+        head.append(Message(SYSTEM, summary))
+    return [*head, *messages, Message(USER, instruction)]
+
+
+def _cached_request(
+    system: Optional[str], instruction: str
+) -> Callable[[str, Sequence[Message]], list[Message]]:
+    cached_summary_request("", [], system=system, instruction=instruction)  # checks them now
+
+    def build(summary: str, messages: Sequence[Message]) -> list[Message]:
+        return cached_summary_request(summary, messages, system=system, instruction=instruction)
+
+    return build
+
+
+def _new_summary(value: object) -> str:
+    result = _completion(value)
+    if not result:
+        raise ValueError("complete() returned an empty summary")
+    return result
+
+
+def cached_summarizer(
+    complete: Callable[[list[Message]], str],
+    *,
+    system: Optional[str] = None,
+    instruction: str = CACHED_INSTRUCTION,
+) -> SummarizeFn:
+    """A ``summarize_fn`` that sends ``complete(messages) -> str`` (your LLM call, rendering the
+    messages as it renders the conversation's requests) :func:`cached_summary_request`
+    ``(summary, evicted, system=system, instruction=instruction)``: the recommended summarizer with
+    provider prompt caching, as the request shares the cached prefix of the conversation's last
+    request (see the Billed cost page of the docs).
+
+    The completion is stripped; an empty one raises ``ValueError`` and a non-``str`` one
+    ``TypeError``, so the memory keeps its state. Exceptions raised by ``complete`` propagate. For
+    a coroutine function use :func:`async_cached_summarizer`.
+    """
+    _check_callable("complete", complete, coroutine_hint="async_cached_summarizer")
+    build = _cached_request(system, instruction)
+
+    def summarize(summary: str, messages: Sequence[Message]) -> str:
+        return _new_summary(complete(build(summary, messages)))
+
+    return summarize
+
+
+def async_cached_summarizer(
+    acomplete: Callable[[list[Message]], Awaitable[str]],
+    *,
+    system: Optional[str] = None,
+    instruction: str = CACHED_INSTRUCTION,
+) -> AsyncSummarizeFn:
+    """The coroutine twin of :func:`cached_summarizer`, around ``await acomplete(messages) -> str``."""
+    _check_callable("acomplete", acomplete, coroutine_hint=None)
+    build = _cached_request(system, instruction)
+
+    async def summarize(summary: str, messages: Sequence[Message]) -> str:
+        return _new_summary(await acomplete(build(summary, messages)))
 
     return summarize
 

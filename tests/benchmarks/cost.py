@@ -39,6 +39,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -49,12 +50,12 @@ from pricing import DEFAULT_PROVIDER, PRICES, Pricing
 
 from rollmem import ASSISTANT, RollingMemory
 from rollmem.message import Message
-from rollmem.summarizers import prompt_summarizer
+from rollmem.summarizers import cached_summarizer, prompt_summarizer
 
 FULL_HORIZONS = (100, 500, 2000)
 FULL_BUDGETS = (1000, 2000, 4000, 8000)
 QUICK_HORIZONS = (100, 300)
-QUICK_BUDGETS = (2000, 4000)
+QUICK_BUDGETS = (2000,)
 GOAL_HORIZONS = (500, 2000)
 GOAL_COST = 0.9
 GOAL_CONTEXT = 0.9
@@ -68,30 +69,79 @@ Block = tuple[str, str]  # (role, text): one message of a request, the unit of p
 
 
 class Summarizer(FakeSummarizer):
-    """The fake summarizer: records each prompt; returns the canned summary, numbered by call."""
+    """The fake summarizer: records each prompt; returns the canned summary, numbered by call.
+
+    ``record(prompt)`` bills a text prompt as plain input (1x per token); ``record_request(now,
+    messages)`` bills a request of messages (``rollmem.summarizers.cached_summary_request``) like
+    any request: its longest prefix of whole messages cached at ``now`` at the read price, the rest
+    at the write price. ``tokens`` is the billed total, in input-token equivalents."""
+
+    def __init__(
+        self, measure: Counter, cache: Optional[PrefixCache] = None, pricing: Optional[Pricing] = None
+    ):
+        super().__init__(measure)
+        self.cache = cache
+        self.pricing = pricing
+        self.hit_tokens = 0
 
     def record(self, prompt: str) -> str:
         super().record(prompt)
         return f"{SUMMARY_TEXT} (summary {self.calls})"
 
+    def record_request(self, now: float, messages: Sequence[Message]) -> str:
+        assert self.cache is not None
+        assert self.pricing is not None
+        assert self.measure is not None
+        self.calls += 1
+        blocks = tuple(_block(m) for m in messages)
+        assert blocks[0] == ("system", SYSTEM_PROMPT), "the request must open with the system prompt"
+        costs = [self.measure(text) for _, text in blocks]
+        # Anthropic: breakpoints after the system prompt and the summary only (nothing reads this
+        # request again): what follows them is plain input, billed 1x, and cached only if an
+        # earlier request wrote exactly that prefix. Automatic caching: the rest is a write.
+        marks = breakpoints(blocks, end=False)
+        hits = self.cache.hit(now, blocks, marks)
+        hit = sum(costs[:hits])
+        covered = sum(costs) if self.cache.any_prefix else sum(costs[: max(marks)])
+        self.hit_tokens += hit
+        self.tokens += (  # type: ignore[assignment]
+            hit * self.pricing.read
+            + max(0, covered - hit) * self.pricing.write
+            + (sum(costs) - max(hit, covered))
+        )
+        return f"{SUMMARY_TEXT} (summary {self.calls})"
+
 
 class PrefixCache:
-    """Prompt caching as providers bill it: the longest cached prefix of whole messages is a hit."""
+    """Prompt caching as providers bill it, by whole messages.
 
-    def __init__(self, lifetime_s: float, keep: int = 16) -> None:
+    ``any_prefix`` (OpenAI, Gemini: automatic prefix caching): the longest prefix a request shares
+    with any request sent within the lifetime is a hit. Otherwise (Anthropic: explicit
+    ``cache_control`` breakpoints) an entry exists only for the prefix ending at a breakpoint of an
+    earlier request, and a hit is the longest such entry that is a whole prefix of the request; a
+    request writes an entry at each of its breakpoints (``marks``: prefix lengths, in messages)."""
+
+    def __init__(self, lifetime_s: float, any_prefix: bool = True, keep: int = 24) -> None:
         self.lifetime_s = lifetime_s
+        self.any_prefix = any_prefix
         self.keep = keep
-        self.entries: list[list[Any]] = []  # [expiry second, tuple of blocks]
+        self.entries: dict[tuple[Block, ...], float] = {}  # prefix -> expiry second, oldest first
 
-    def hit(self, now: float, blocks: tuple[Block, ...]) -> int:
-        """How many leading blocks of ``blocks`` are cached at ``now``; caches ``blocks``."""
-        live = [e for e in self.entries if e[0] >= now]
-        best, best_entry = 0, None
-        for entry in live:
-            cached = entry[1]
+    def _put(self, key: tuple[Block, ...], now: float) -> None:
+        self.entries.pop(key, None)
+        self.entries[key] = now + self.lifetime_s
+
+    def hit(self, now: float, blocks: tuple[Block, ...], marks: Sequence[int] = ()) -> int:
+        """How many leading blocks of ``blocks`` are cached at ``now``; caches ``blocks`` (with
+        ``any_prefix``) or its prefixes of ``marks`` blocks (default: the whole request)."""
+        live = {k: e for k, e in self.entries.items() if e >= now}
+        best, best_key = 0, None
+        for cached in live:
             n = len(cached)
             if n <= len(blocks) and blocks[:n] == cached:
                 shared = n
+            elif not self.any_prefix:
+                continue
             else:
                 shared = 0
                 for a, b in zip(cached, blocks):
@@ -99,12 +149,27 @@ class PrefixCache:
                         break
                     shared += 1
             if shared > best:
-                best, best_entry = shared, entry
-        if best_entry is not None:
-            best_entry[0] = now + self.lifetime_s  # a read refreshes the entry's lifetime
-        live.append([now + self.lifetime_s, blocks])
-        self.entries = live[-self.keep :]
+                best, best_key = shared, cached
+        self.entries = live
+        if best_key is not None:
+            self._put(best_key, now)  # a read refreshes the entry's lifetime
+        for mark in (len(blocks),) if self.any_prefix or not marks else marks:
+            if mark > 0:
+                self._put(blocks[:mark], now)
+        while len(self.entries) > self.keep:
+            del self.entries[next(iter(self.entries))]
         return best
+
+
+def breakpoints(blocks: Sequence[Block], end: bool = True) -> list[int]:
+    """Where ``to_anthropic(..., cache=True)`` puts ``cache_control``: after the system prompt,
+    after the summary (a system message next), and (``end``) at the end of the request."""
+    marks = [1]
+    if len(blocks) > 1 and blocks[1][0] == "system":
+        marks.append(2)
+    if end:
+        marks.append(len(blocks))
+    return marks
 
 
 @dataclass
@@ -144,6 +209,7 @@ class Driver:
         self.budget = budget
         self.count = count
         self.summarizer = summarizer
+        self.now = 0.0  # the clock of the call being driven (a summarizer request is billed then)
 
     def add(self, message: Message, now: float) -> None:
         raise NotImplementedError
@@ -157,15 +223,28 @@ def _block(message: Message) -> Block:
     return (message.role, message.token_text())
 
 
-class Rollmem(Driver):
-    """``RollingMemory`` with the bundled ``prompt_summarizer``; ``target`` picks the configuration."""
+def _summarize_fn(driver: Driver, shared: bool) -> Any:
+    """rollmem's summarizer: ``cached_summarizer`` (its request shares the conversation's cached
+    prefix, billed through the cache at the driver's clock) or the text ``prompt_summarizer``."""
+    if not shared:
+        return prompt_summarizer(driver.summarizer.record)
+    return cached_summarizer(
+        lambda messages: driver.summarizer.record_request(driver.now, messages), system=SYSTEM_PROMPT
+    )
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, target: Optional[int]) -> None:
+
+class Rollmem(Driver):
+    """``RollingMemory`` (``shared``: with ``cached_summarizer``, else ``prompt_summarizer``);
+    ``target`` picks the configuration."""
+
+    def __init__(
+        self, budget: int, count: Counter, summarizer: Summarizer, target: Optional[int], shared: bool = False
+    ) -> None:
         super().__init__(budget, count, summarizer)
-        summarize = prompt_summarizer(summarizer.record)
-        self.memory = RollingMemory(budget, summarize, count, target_tokens=target)
+        self.memory = RollingMemory(budget, _summarize_fn(self, shared), count, target_tokens=target)
 
     def add(self, message: Message, now: float) -> None:
+        self.now = now
         self.memory.extend([message])
 
     def request(self, now: float) -> list[Block]:
@@ -173,11 +252,11 @@ class Rollmem(Driver):
 
 
 class RollmemCached(Rollmem):
-    """The recommended configuration: ``RollingMemory.cached(budget, ...)``."""
+    """The recommended configuration: ``RollingMemory.cached(budget, summarize_fn, ...)``."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, shared: bool = True) -> None:
         Driver.__init__(self, budget, count, summarizer)
-        self.memory = RollingMemory.cached(budget, prompt_summarizer(summarizer.record), count)
+        self.memory = RollingMemory.cached(budget, _summarize_fn(self, shared), count)
 
 
 class RollmemIdleFold(Rollmem):
@@ -200,6 +279,7 @@ class RollmemIdleFold(Rollmem):
         self.last = 0.0
 
     def add(self, message: Message, now: float) -> None:
+        self.now = now
         cold = now - self.last > self.lifetime_s
         self.last = now
         memory = self.memory
@@ -305,16 +385,17 @@ class LangChainSummarization(_LangGraphState):
 class RollmemMiddleware(_LangGraphState):
     """rollmem's ``RollingMemoryMiddleware`` at its defaults (only the budget, summarizer, counter)."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, shared: bool = True) -> None:
         from rollmem.integrations.langchain import RollingMemoryMiddleware
 
         super().__init__(budget, count, summarizer)
-        self.middleware = RollingMemoryMiddleware(budget, prompt_summarizer(summarizer.record), count)
+        self.middleware = RollingMemoryMiddleware(budget, _summarize_fn(self, shared), count)
         self.model = _summary_chat_model(summarizer)
 
     def request(self, now: float) -> list[Block]:
         from langchain.agents.middleware import ModelRequest
 
+        self.now = now
         self._apply(self.middleware.before_model(self.state, None))  # type: ignore[arg-type]
         request = ModelRequest(model=self.model, messages=list(self.state["messages"]), state=self.state)
         seen: list[Any] = []
@@ -415,15 +496,26 @@ class NoMemory(Driver):
 Factory = Callable[[int, Counter, Summarizer, Pricing], Driver]
 
 
-def _target(percent: int) -> Factory:
-    return lambda b, c, s, p: Rollmem(b, c, s, max(1, b * percent // 100))
+def _target(percent: int, shared: bool = False) -> Factory:
+    return lambda b, c, s, p: Rollmem(b, c, s, max(1, b * percent // 100), shared)
 
 
 MEMORIES: dict[str, tuple[str, Factory]] = {
-    "cached": ("rollmem RollingMemory.cached (recommended)", lambda b, c, s, p: RollmemCached(b, c, s)),
+    "cached": (
+        "rollmem RollingMemory.cached + cached_summarizer (recommended)",
+        lambda b, c, s, p: RollmemCached(b, c, s),
+    ),
     "middleware": (
-        "rollmem RollingMemoryMiddleware, defaults",
+        "rollmem RollingMemoryMiddleware, defaults + cached_summarizer",
         lambda b, c, s, p: RollmemMiddleware(b, c, s),
+    ),
+    "cached_text": (
+        "rollmem RollingMemory.cached + prompt_summarizer",
+        lambda b, c, s, p: RollmemCached(b, c, s, shared=False),
+    ),
+    "middleware_text": (
+        "rollmem RollingMemoryMiddleware, defaults + prompt_summarizer",
+        lambda b, c, s, p: RollmemMiddleware(b, c, s, shared=False),
     ),
     "defaults": ("rollmem RollingMemory() defaults", lambda b, c, s, p: Rollmem(b, c, s, None)),
     "target90": ("rollmem target_tokens 90%", _target(90)),
@@ -435,6 +527,11 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
     "target25": ("rollmem target_tokens 25%", _target(25)),
     "target15": ("rollmem target_tokens 15%", _target(15)),
     "target10": ("rollmem target_tokens 10%", _target(10)),
+    "target2": ("rollmem target_tokens 2%", _target(2)),
+    **{
+        f"shared{pct}": (f"rollmem target_tokens {pct}% + cached_summarizer", _target(pct, True))
+        for pct in (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 25, 33, 40, 50, 62, 75)
+    },
     "cold25": (
         "rollmem target 50% + fold to 25% when cold",
         lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5, 0.25),
@@ -460,6 +557,8 @@ CANDIDATES = ("cached", "middleware")
 FULL_MEMORIES = (
     "cached",
     "middleware",
+    "cached_text",
+    "middleware_text",
     "defaults",
     "target50",
     "target25",
@@ -493,9 +592,9 @@ def run_one(
     pricing: Pricing,
 ) -> dict[int, dict[str, Any]]:
     """Feed ``turns`` to one memory; its figures at each horizon (a number of turns)."""
-    summarizer = Summarizer(count)
+    cache = PrefixCache(pricing.lifetime_s, pricing.any_prefix)
+    summarizer = Summarizer(count, cache, pricing)
     driver = MEMORIES[key][1](budget, count, summarizer, pricing)
-    cache = PrefixCache(pricing.lifetime_s)
     system: Block = ("system", SYSTEM_PROMPT)
     system_tokens = count(SYSTEM_PROMPT)
     totals = Totals()
@@ -508,7 +607,7 @@ def run_one(
             if message.role == ASSISTANT:
                 blocks = (system, *driver.request(now))
                 costs = [system_tokens] + [count(text) for _, text in blocks[1:]]
-                hit = sum(costs[: cache.hit(now, blocks)])
+                hit = sum(costs[: cache.hit(now, blocks, breakpoints(blocks))])
                 size = sum(costs)
                 totals.billed += hit * pricing.read + (size - hit) * pricing.write
                 totals.prompt_tokens += size
@@ -620,23 +719,10 @@ def plot(
     plt.close(fig)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short horizons and two budgets (CI)")
-    parser.add_argument("--provider", choices=sorted(PRICES), default=DEFAULT_PROVIDER)
-    parser.add_argument("--counter", choices=("bpe", "words"), default="bpe")
-    parser.add_argument("--budgets", type=int, nargs="*", help="token budgets (default: by mode)")
-    parser.add_argument("--horizons", type=int, nargs="*", help="turn counts (default: by mode)")
-    parser.add_argument("--memories", nargs="*", choices=sorted(MEMORIES), help="default: by mode")
-    parser.add_argument("--plot", help="write the cumulative-cost PNG here (budget 2000, longest horizon)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    args = parser.parse_args(argv)
-    budgets = args.budgets or (QUICK_BUDGETS if args.quick else FULL_BUDGETS)
-    horizons = sorted(args.horizons or (QUICK_HORIZONS if args.quick else FULL_HORIZONS))
-    keys = args.memories or (QUICK_MEMORIES if args.quick else FULL_MEMORIES)
-    pricing = PRICES[args.provider]
+def _counter(name: str) -> Counter:
+    """The shared counter, memoized (the same text is counted once)."""
     cache: dict[str, int] = {}
-    base = counters.make(args.counter)
+    base = counters.make(name)
 
     def count(text: str) -> int:
         n = cache.get(text)
@@ -644,11 +730,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             n = cache[text] = base(text)
         return n
 
+    return count
+
+
+def _run_job(
+    key: str, budget: int, horizons: Sequence[int], counter: str, provider: str
+) -> dict[int, dict[str, Any]]:
+    """``run_one`` in a worker process: builds its own workload and counter."""
+    return run_one(key, budget, timed_turns(horizons[-1]), horizons, _counter(counter), PRICES[provider])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short horizons and one budget (CI)")
+    parser.add_argument("--provider", choices=sorted(PRICES), default=DEFAULT_PROVIDER)
+    parser.add_argument("--counter", choices=("bpe", "words"), default="bpe")
+    parser.add_argument("--budgets", type=int, nargs="*", help="token budgets (default: by mode)")
+    parser.add_argument("--horizons", type=int, nargs="*", help="turn counts (default: by mode)")
+    parser.add_argument("--memories", nargs="*", choices=sorted(MEMORIES), help="default: by mode")
+    parser.add_argument("--plot", help="write the cumulative-cost PNG here (budget 2000, longest horizon)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (the same figures, sooner)")
+    args = parser.parse_args(argv)
+    budgets = args.budgets or (QUICK_BUDGETS if args.quick else FULL_BUDGETS)
+    horizons = sorted(args.horizons or (QUICK_HORIZONS if args.quick else FULL_HORIZONS))
+    keys = args.memories or (QUICK_MEMORIES if args.quick else FULL_MEMORIES)
+    pricing = PRICES[args.provider]
+    count = _counter(args.counter)
     started = time.perf_counter()
-    turns = timed_turns(horizons[-1])
+    jobs = [(key, budget) for budget in budgets for key in keys]
     results: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
-    for budget in budgets:
-        for key in keys:
+    if args.jobs > 1:  # the same numbers, from worker processes (deterministic: no timing)
+        with ProcessPoolExecutor(args.jobs) as pool:
+            futures = {
+                job: pool.submit(_run_job, *job, horizons, args.counter, args.provider) for job in jobs
+            }
+            results = {job: future.result() for job, future in futures.items()}
+    else:
+        turns = timed_turns(horizons[-1])
+        for key, budget in jobs:
             results[(key, budget)] = run_one(key, budget, turns, horizons, count, pricing)
     print(
         f"rollmem cost benchmark: {args.provider} prices ({pricing.source}: write {pricing.write}x, "

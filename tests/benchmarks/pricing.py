@@ -40,13 +40,18 @@ class Pricing:
     output: float  # a completion token (the summarizer's summaries)
     lifetime_s: float  # a cached prefix expires this long after it was last written or read
     source: str
+    any_prefix: bool = True  # automatic caching reads any cached prefix; False: only at breakpoints
 
 
 PRICES: dict[str, Pricing] = {
     p.name: p
     for p in (
-        Pricing("anthropic-5m", 1.25, 0.10, 5.0, 300, "docs.anthropic.com prompt caching, 5-minute TTL"),
-        Pricing("anthropic-1h", 2.00, 0.10, 5.0, 3600, "docs.anthropic.com prompt caching, 1-hour TTL"),
+        Pricing(
+            "anthropic-5m", 1.25, 0.10, 5.0, 300, "docs.anthropic.com prompt caching, 5-minute TTL", False
+        ),
+        Pricing(
+            "anthropic-1h", 2.00, 0.10, 5.0, 3600, "docs.anthropic.com prompt caching, 1-hour TTL", False
+        ),
         Pricing("openai", 1.00, 0.10, 8.0, 300, "openai.com/api/pricing, GPT-5 cached input"),
         Pricing("gemini", 1.00, 0.10, 8.0, 300, "ai.google.dev pricing, Gemini 2.5 implicit caching"),
     )

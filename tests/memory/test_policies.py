@@ -145,9 +145,10 @@ def test_a_lowered_max_tokens_caps_the_target_everywhere(recorder: Any) -> None:
         (2000, 765),
         (3000, 622),
         (4000, 479),
-        (6000, 600),
-        (8000, 800),
-        (20000, 2000),
+        (6000, 193),
+        (7000, 140),
+        (8000, 160),
+        (20000, 400),
     ],
 )
 def test_cached_target_folds_deeper_as_the_budget_grows(max_tokens: int, target: int) -> None:
