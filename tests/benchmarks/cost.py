@@ -10,9 +10,11 @@ what the memory gives the model. Every memory gets the same token counter (BPE, 
 the same budget and the same fake summarizer (a canned ~150-token summary numbered by call, so two
 summaries never share a cache entry); each library sends it its own summarization prompt.
 
-Billing (:mod:`pricing`): a request's longest whole-message prefix shared with a request sent within
-the cache lifetime is billed at the cache-read price, the rest at the write price; each summarizer
-call is billed as plain input plus its summary at the output price. Reported per memory, budget and
+Billing (:mod:`pricing`, :class:`PrefixCache`): the cached part of a request (any shared prefix
+with automatic caching; on Anthropic the longest entry written at a ``cache_control`` breakpoint)
+is billed at the cache-read price, the rest at the write price; a text summarization prompt is
+billed as plain input, a ``cached_summarizer`` request through the cache; each summary at the
+output price. Reported per memory, budget and
 horizon: billed input-token equivalents, cache-hit fraction (of the requests' prompt tokens),
 summarizer calls, mean and minimum conversation tokens per request (everything after the system
 prompt, the summary included; the minimum counts only requests once the full history exceeds the
@@ -28,7 +30,8 @@ and no memory (the whole history). rollmem's ``RollingMemoryMiddleware`` is driv
 ``SummarizationMiddleware`` (``before_model``, then ``wrap_model_call`` captures what it sends).
 
 Goal lines (issue 18): at 500 and 2,000 turns and every budget, rollmem's recommended configuration
-(``RollingMemory.cached``) and ``RollingMemoryMiddleware`` at its defaults bill at most 0.9x the
+(``RollingMemory.cached`` with ``cached_summarizer``) and ``RollingMemoryMiddleware`` at its defaults
+(with the same summarizer) bill at most 0.9x the
 cheapest peer while keeping at least 0.9x that peer's mean conversation tokens per request.
 """
 

@@ -18,11 +18,15 @@ since; re-check before quoting a dollar figure):
   no write premium, cached tokens at 0.1x the input price ($0.125 vs $1.25 per MTok on 2.5 Pro,
   prompts up to 200k). The implicit cache's lifetime is not published: 5 minutes assumed. Output 8x.
 
-Simplifications, the same for every memory: a request's longest prefix (whole messages) shared
-with a request sent within the cache lifetime is a hit; the rest is a write (on Anthropic this is
-what a ``cache_control`` breakpoint at the end of every request buys); minimum cacheable lengths
-(1,024 tokens on most models) are met by the 1,200-token system prompt and ignored. A summarizer
-call is billed as plain input (its prompt is new every time) plus its output at the output price.
+Simplifications, the same for every memory, by whole messages: with automatic prefix caching
+(``any_prefix``: OpenAI, Gemini) a request's longest prefix shared with a request sent within the
+cache lifetime is a hit; on Anthropic a request writes an entry at each ``cache_control``
+breakpoint (after the system prompt, after the summary, at its end) and a hit is the longest entry
+that is a whole prefix of it (the 20-block lookback is not modelled); the rest is a write. Minimum
+cacheable lengths (1,024 tokens on most models) are met by the 1,200-token system prompt and
+ignored. A text summarization prompt is billed as plain input (1x); a summarization request of
+messages (``rollmem.summarizers.cached_summary_request``) goes through the cache like any request.
+Summaries are billed at the output price.
 """
 
 from __future__ import annotations
