@@ -349,9 +349,9 @@ class SQLiteStore(Closing):
         row = conn.execute(_LEGACY_LOAD, (session_id,)).fetchone()
         if row is None or is_expired(row[2], now):
             return None
-        if not isinstance(row[0], str):
-            raise self._corrupt(session_id, f"version-1 state of type {type(row[0]).__name__}")
         try:
+            if not isinstance(row[0], str):
+                raise InvalidStateError("", f"expected the state as text, got {v.type_name(row[0])}")
             head, entries = read_state(session_id, row[0])
         except InvalidStateError as exc:
             raise self._corrupt(session_id, f"version-1 state: {described(exc)}") from exc
