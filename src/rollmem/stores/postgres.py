@@ -88,7 +88,8 @@ def _ttl_seconds(ttl: Optional[float]) -> Optional[float]:
 SCHEMA_VERSION = 2
 """The layout version this module records in ``<table>_meta``: 2 is the log layout
 (``<table>_heads`` plus ``<table>_log``). Sessions of the whole-state table ``<table>``
-(version 1) are read until their next write moves them. A newer version is refused."""
+(version 1) are read until their next write (or :meth:`PostgresStore.migrate`, ``rollmem
+migrate``) moves them; that read-through is removed in 1.0. A newer version is refused."""
 
 
 _MAX_KEY_BYTES = 1024  # longer ids are keyed by a digest: an index row holds at most ~2,700 bytes

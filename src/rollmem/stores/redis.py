@@ -7,8 +7,9 @@ entries (sequence number, cost and message JSON, tab-separated), oldest first; a
 Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
 atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one
 session lives in one hash slot, so each script stays legal in a cluster. Sessions saved by
-earlier releases (one JSON state in a hash) are read until their next write moves them, in
-that write's script.
+earlier releases (one JSON state in a hash) are read until their next write (or
+:meth:`RedisStore.migrate`, ``rollmem migrate``) moves them, in that write's script; that
+read-through is removed in 1.0.
 """
 
 from __future__ import annotations

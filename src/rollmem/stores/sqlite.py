@@ -35,7 +35,8 @@ SCHEMA_VERSION = 2
 """The layout version this module writes to the ``rollmem_meta`` table: 2 is the log layout (a
 head row per session plus one row per message). A version-1 database (one JSON state per
 session) is upgraded in place on first use; its sessions are read from the old table until
-their next write moves them. A newer version is refused."""
+their next write (or :meth:`SQLiteStore.migrate`, ``rollmem migrate``) moves them; that
+read-through is removed in 1.0. A newer version is refused."""
 
 _MAX_TIMEOUT = 2_000_000.0  # SQLite's busy timeout is a 32-bit count of milliseconds
 _MAX_IDLE = 16  # idle connections kept per store and process; more threads open and close their own
