@@ -15,7 +15,15 @@ import pytest
 from rollmem.cli import main
 from rollmem.testing import create, texts
 
-from .servers import drop_redis_keys, drop_table, postgres_dsn, redis_url, unique_name
+from .servers import (
+    close_redis,
+    drop_redis_keys,
+    drop_table,
+    postgres_dsn,
+    redis_cluster_url,
+    redis_url,
+    unique_name,
+)
 
 
 def _state(*contents: str) -> str:
@@ -159,6 +167,28 @@ def test_redis(capsys: pytest.CaptureFixture[str], redis_prefix: str) -> None:
     finally:
         store.close()
         client.close()
+
+
+def test_redis_cluster_moves_state_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    """On a cluster only the ``{id}:state`` layout is read (0.1 keys could not live there)."""
+    redis_cluster = pytest.importorskip("redis.cluster")
+    from rollmem.stores import RedisStore
+
+    url, prefix = redis_cluster_url(), unique_name("rollmem-test-migrate") + ":"
+    client = redis_cluster.RedisCluster.from_url(url)
+    store = RedisStore(url, prefix=prefix, cluster=True)
+    try:
+        client.hset(f"{prefix}{{st}}:state", mapping={"state": _state("a"), "revision": 2})
+        store.write("new", create("fresh"))
+        options = ("--prefix", prefix, "--cluster")
+        assert _run(capsys, url, *options) == (0, "2 sessions: 1 migrated, 1 already current\n", "")
+        assert _run(capsys, url, *options) == (0, "2 sessions: 0 migrated, 2 already current\n", "")
+        assert texts(store.load("st")) == ["a"]
+        assert client.exists(f"{prefix}{{st}}:state") == 0
+    finally:
+        store.close()
+        close_redis(client)
+        drop_redis_keys(url, prefix, cluster=True)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------------

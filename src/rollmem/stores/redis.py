@@ -928,6 +928,8 @@ class RedisStore(Closing):
         client, scripts = self._sync_client()
         for _ in range(_RETRIES):
             with self._guard("migration", session_id):
+                if client.exists(keys[0]):  # current: not read whole
+                    return False
                 reply = self._run(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(None))
             if _text(reply[0]) != "s":
                 return False
