@@ -796,3 +796,20 @@ def test_cluster_primary_stopped_mid_run(cluster_prefix: str) -> None:
             assert won[session_id] <= head.tail + head.revision - 1 <= won[session_id] + failed[session_id]
     finally:
         store.close()
+
+
+def test_the_script_arguments_are_named_once() -> None:
+    """Each script reads its arguments through the locals its field tuple binds, never by number."""
+    from rollmem.stores import redis as module
+
+    for fields, script in (
+        (module._LOAD_FIELDS, module._LOAD_SCRIPT),
+        (module._WRITE_FIELDS, module._WRITE_SCRIPT),
+    ):
+        lines = script.splitlines()
+        assert lines[: len(fields)] == [f"local {name} = ARGV[{i}]" for i, name in enumerate(fields, 1)]
+        body = "\n".join(lines[len(fields) :])
+        assert [name for name in fields if not re.search(rf"\b{name}\b", body)] == [], "every field is read"
+        assert re.findall(r"ARGV\[\d", body) == [], "only the entries are read by index"
+    with pytest.raises(KeyError, match="not script fields"):
+        module._script_args(module._LOAD_FIELDS, {"since": "x"})

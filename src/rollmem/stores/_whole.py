@@ -15,44 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from typing import Any, Optional, Union
 
-from ..errors import ConflictError, InvalidStateError
+from ..errors import ConflictError
+from ._legacy import read_state, write_whole
 from ._protocol import AsyncStore, Head, LogEntry, LogWrite, Store, StoredLog, StoredSession
-from .rules import Closing, apply_write, check_load, check_write, shown
+from .rules import Closing, check_load, check_write, shown
 
 __all__ = ["AsyncWholeStateLog", "WholeStateLog"]
 
 _RETRIES = 100  # saves lost to writers whose changes still allowed ours, before giving up
-LEGACY_INCARNATION = "legacy"
 
 
 def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def decode(session_id: str, stored: StoredSession) -> tuple[Head, list[LogEntry]]:
-    """The head and entries kept in a whole state; ``InvalidStateError`` names the session."""
-    try:
-        data = json.loads(stored.state)
-        summary = data["summary"]
-        buffer = data["buffer"]
-        log = data.get("log")
-        if not isinstance(summary, str) or not isinstance(buffer, list):
-            raise TypeError("summary must be a str and buffer a list")
-        if log is None:
-            head = Head(LEGACY_INCARNATION, 1, summary, len(buffer), None)
-            return head, [LogEntry(_dump(item), -1, seq) for seq, item in enumerate(buffer)]
-        seqs, costs = log["seqs"], log["costs"]
-        if len(seqs) != len(buffer) or len(costs) != len(buffer):
-            raise ValueError("log.seqs and log.costs must match buffer")
-        head = Head(str(log["incarnation"]), int(log["revision"]), summary, int(log["tail"]), log["counter"])
-        return head, [LogEntry(_dump(item), int(c), int(s)) for item, c, s in zip(buffer, costs, seqs)]
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-        error = InvalidStateError("", f"stored state cannot be read as a session log: {exc!r}")
-        error.args = (f"session {shown(session_id)}: {error}",)
-        raise error from exc
 
 
 def encode(head: Head, entries: list[LogEntry]) -> str:
@@ -70,15 +46,15 @@ def encode(head: Head, entries: list[LogEntry]) -> str:
 
 
 def _step(session_id: str, stored: Optional[StoredSession], change: LogWrite) -> tuple[str, int, Head]:
-    head, entries = (None, []) if stored is None else decode(session_id, stored)
-    updated, kept = apply_write(session_id, head, entries, change, uuid.uuid4().hex)
+    head, entries = (None, []) if stored is None else read_state(session_id, stored.state)
+    updated, kept = write_whole(session_id, head, entries, change)
     return encode(updated, kept), 0 if stored is None else stored.revision, updated
 
 
 def _loaded(session_id: str, stored: Optional[StoredSession]) -> Optional[StoredLog]:
     if stored is None:
         return None
-    head, entries = decode(session_id, stored)
+    head, entries = read_state(session_id, stored.state)
     return StoredLog(head, tuple(entries))
 
 

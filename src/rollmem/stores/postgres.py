@@ -13,7 +13,6 @@ import hashlib
 import math
 import re
 import threading
-import uuid
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType, TracebackType
@@ -22,8 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 from .. import _validate as v
 from .._extras import import_extra
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
-from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
-from ._whole import decode
+from ._legacy import read_state, write_whole
+from ._protocol import Head, LogEntry, LogWrite, StoredLog
 from .rules import (
     Closing,
     check_load,
@@ -89,7 +88,8 @@ def _ttl_seconds(ttl: Optional[float]) -> Optional[float]:
 SCHEMA_VERSION = 2
 """The layout version this module records in ``<table>_meta``: 2 is the log layout
 (``<table>_heads`` plus ``<table>_log``). Sessions of the whole-state table ``<table>``
-(version 1) are read until their next write moves them. A newer version is refused."""
+(version 1) are read until their next write (or :meth:`PostgresStore.migrate`, ``rollmem
+migrate``) moves them; that read-through is removed in 1.0. A newer version is refused."""
 
 
 _MAX_KEY_BYTES = 1024  # longer ids are keyed by a digest: an index row holds at most ~2,700 bytes
@@ -203,7 +203,11 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
             f"SELECT incarnation, revision, summary, tail, counter, {_LIVE} FROM {{heads}} "
             "WHERE session_id = %s FOR UPDATE"
         ),
-        lock_legacy=q(f"SELECT state, revision FROM {{legacy}} WHERE id = %s AND {_LIVE} FOR UPDATE"),
+        # The state, its revision and the seconds it has left (NULL: no expiry).
+        lock_legacy=q(
+            "SELECT state, revision, extract(epoch FROM expires_at - now())::double precision "
+            f"FROM {{legacy}} WHERE id = %s AND {_LIVE} FOR UPDATE"
+        ),
         insert_head=q(
             "INSERT INTO {heads} (session_id, full_id, incarnation, revision, summary, tail, counter, "
             f"expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, {_EXPIRES}, now()) "
@@ -453,10 +457,10 @@ class PostgresStore(Closing):
                 return session_id
         return key
 
-    def _legacy_session(self, session_id: str, state: str, revision: int) -> tuple[Head, list[LogEntry]]:
-        """A session still in the whole-state table, as a head and entries."""
+    def _legacy_session(self, session_id: str, state: str) -> tuple[Head, list[LogEntry]]:
+        """A session still in the whole-state table, read by :func:`._legacy.read_state`."""
         try:
-            return decode(session_id, StoredSession(state, revision))
+            return read_state(session_id, state)
         except InvalidStateError as exc:
             raise StoreUnavailableError(f"{self!r}: the whole-state row of {exc}") from exc
 
@@ -474,7 +478,7 @@ class PostgresStore(Closing):
             return None
         first = rows[0]
         if first[0] is None:  # the whole-state row
-            head, legacy = self._legacy_session(session_id, first[9], first[1])
+            head, legacy = self._legacy_session(session_id, first[9])
             return StoredLog(head, tuple(legacy))
         head = Head(first[0], first[1], first[2], first[3], first[4])
         new = tuple.__new__  # LogEntry._make at C speed: a load builds one per stored message
@@ -484,7 +488,6 @@ class PostgresStore(Closing):
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
         sql = self._sql
         key = yield from self._key_flow(session_id)
-        full_id = None if key == session_id else session_id
         _, rows = yield sql.lock_head, (key,)
         row_there = bool(rows)
         head = Head(*rows[0][:5]) if rows and rows[0][5] else None
@@ -492,48 +495,76 @@ class PostgresStore(Closing):
         if not row_there and self._legacy:
             _, rows = yield sql.lock_legacy, (session_id,)
             if rows:
-                head, legacy = self._legacy_session(session_id, rows[0][0], rows[0][1])
+                head, legacy = self._legacy_session(session_id, rows[0][0])
+        if legacy is not None or head is None or change.create or change.replace:
+            # the one "write it whole" branch: a create, a rewrite, or a whole-state session
+            updated, whole = write_whole(session_id, head, legacy or [], change)
+            yield from self._store_whole(session_id, key, row_there, updated, whole, change.ttl)
+            return updated
         error = write_conflict(session_id, head, change)
         if error is not None:
             raise error
-        updated = new_head(head, change, uuid.uuid4().hex)
+        updated = new_head(head, change, head.incarnation)
+        if change.cut:  # the rule of rules.apply_write: remove below cut, except keep
+            yield sql.cut_entries, (key, change.cut, sorted(set(change.keep)))
         seconds = _ttl_seconds(change.ttl)
-        values = (updated.revision, updated.summary, updated.tail, updated.counter, seconds, key)
-        kept: list[LogEntry] = []
-        if legacy is not None or head is None or change.create or change.replace:
-            # a new incarnation, a rewrite, or a whole-state session moving in: write it all
-            if legacy is not None and not change.replace:
-                keep = set(change.keep)
-                kept = [e for e in legacy if e.seq >= change.cut or e.seq in keep]
-            if row_there:
-                yield sql.clear_entries, (key,)
-                yield sql.replace_head, (full_id, updated.incarnation, *values)
-            else:
-                count, _ = yield sql.insert_head, (key, full_id, updated.incarnation, *values[:-1])
-                if count != 1:  # a concurrent create won
-                    raise ConflictError(
-                        f"session {shown(session_id)}: created as a new session but another writer "
-                        "created it first"
-                    )
-            if self._legacy:
-                yield sql.delete_legacy, (session_id,)
-        else:
-            if change.cut:
-                yield sql.cut_entries, (key, change.cut, sorted(set(change.keep)))
-            yield sql.update_head, values
+        yield (
+            sql.update_head,
+            (updated.revision, updated.summary, updated.tail, updated.counter, seconds, key),
+        )
         first = updated.tail - len(change.entries)
-        kept.extend(LogEntry(e.message, e.cost, first + i) for i, e in enumerate(change.entries))
-        if kept:
-            yield (
-                sql.insert_entries,
-                (
-                    key,
-                    [e.seq for e in kept],
-                    [e.message for e in kept],
-                    [e.cost for e in kept],
-                ),
-            )
+        yield from self._insert_entries(
+            key, [e._replace(seq=first + i) for i, e in enumerate(change.entries)]
+        )
         return updated
+
+    def _store_whole(
+        self,
+        session_id: str,
+        key: str,
+        row_there: bool,
+        head: Head,
+        entries: list[LogEntry],
+        ttl: Optional[float],
+    ) -> Flow[None]:
+        """Replace every row of the session (in the whole-state table too) by ``head`` and
+        ``entries``; ``row_there``: a head row (live or expired) is locked."""
+        sql = self._sql
+        full_id = None if key == session_id else session_id
+        fields = (head.incarnation, head.revision, head.summary, head.tail, head.counter, _ttl_seconds(ttl))
+        if row_there:
+            yield sql.clear_entries, (key,)
+            yield sql.replace_head, (full_id, *fields, key)
+        else:
+            count, _ = yield sql.insert_head, (key, full_id, *fields)
+            if count != 1:  # a concurrent create won
+                raise ConflictError(
+                    f"session {shown(session_id)}: created as a new session but another writer "
+                    "created it first"
+                )
+        if self._legacy:
+            yield sql.delete_legacy, (session_id,)
+        yield from self._insert_entries(key, entries)
+
+    def _insert_entries(self, key: str, entries: list[LogEntry]) -> Flow[None]:
+        if entries:
+            columns = ([e.seq for e in entries], [e.message for e in entries], [e.cost for e in entries])
+            yield self._sql.insert_entries, (key, *columns)
+
+    def _migrate_flow(self, session_id: str, dry_run: bool) -> Flow[bool]:
+        key = yield from self._key_flow(session_id)
+        _, rows = yield self._sql.lock_head, (key,)
+        if rows or not self._legacy:
+            return False
+        _, rows = yield self._sql.lock_legacy, (session_id,)
+        if not rows:
+            return False
+        head, entries = self._legacy_session(session_id, rows[0][0])
+        if not dry_run:
+            seconds = rows[0][2]
+            ttl = None if seconds is None else max(float(seconds), 0.001)
+            yield from self._store_whole(session_id, key, False, head, entries, ttl)
+        return True
 
     def _delete_flow(self, session_id: str) -> Flow[bool]:
         key = yield from self._key_flow(session_id)
@@ -621,6 +652,14 @@ class PostgresStore(Closing):
         ``ConflictError`` and write nothing. A whole-state session is moved to the log tables."""
         check_write(session_id, change)
         return self._run("write", session_id, self._write_flow(session_id, change), write=True)
+
+    def migrate(self, session_id: str, *, dry_run: bool = False) -> bool:
+        """Move the session from the whole-state table to the log tables, as it is (head,
+        entries, expiry), in one transaction; ``True`` if it was there (with ``dry_run``: it would
+        move, nothing is written), ``False`` if it is already in the log tables or absent. A
+        stored state that cannot be read raises ``StoreUnavailableError`` and stays where it is."""
+        check_session_id(session_id)
+        return self._run("migration", session_id, self._migrate_flow(session_id, dry_run), write=True)
 
     def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if a live one was there."""

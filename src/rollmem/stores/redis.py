@@ -7,8 +7,9 @@ entries (sequence number, cost and message JSON, tab-separated), oldest first; a
 Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
 atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one
 session lives in one hash slot, so each script stays legal in a cluster. Sessions saved by
-earlier releases (one JSON state in a hash) are read until their next write moves them, in
-that write's script.
+earlier releases (one JSON state in a hash) are read until their next write (or
+:meth:`RedisStore.migrate`, ``rollmem migrate``) moves them, in that write's script; that
+read-through is removed in 1.0.
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from .._extras import import_extra
 from .._validate import check_positive_int, check_positive_number, type_name
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
-from ._protocol import Head, LogEntry, LogWrite, StoredLog, StoredSession
-from ._whole import decode
+from ._legacy import read_state, write_whole
+from ._protocol import Head, LogEntry, LogWrite, StoredLog
 from .rules import (
     Closing,
-    apply_write,
     check_load,
     check_prefix,
     check_session_id,
@@ -55,17 +55,60 @@ __all__ = ["RedisStore"]
 
 # Every script gets KEYS = the head hash, the log list, the whole-state hash of the previous
 # layout (same hash slot) and, off a cluster, the hash of the earliest layout (prefix + id).
-#
-# _LOAD_SCRIPT, ARGV: since incarnation, since revision, since tail ("" when no since).
+# Its ARGV are named once, in order, by a field tuple: _script_args builds them from it and the
+# script reads them as Lua locals of the same names (the header _named writes); the entries,
+# if any, follow from ARGV[FIRST_ENTRY] on. Absent fields are "".
+
+_LOAD_FIELDS = ("since_incarnation", "since_revision", "since_tail")
+_WRITE_FIELDS = (
+    "mode",  # 'w': a write; 'm': move an old-layout session in, given whole
+    "token",  # the writer's token (see _WRITERS)
+    "ttl_ms",  # "" for none; mode 'm' only: "keep" keeps the old key's expiry
+    "create",  # '1' for a create
+    "incarnation",  # the one the writer loaded (a new one for a create)
+    "expected_revision",
+    "expected_tail",
+    "has_summary",  # '1' when summary is set
+    "summary",
+    "cut",
+    "keep_seqs",  # comma separated
+    "replace",
+    "has_counter",  # '1' when counter is set
+    "counter",
+    "append_only",
+    "old_index",  # mode 'm': the index in KEYS of the old-layout key
+    "old_revision",  # mode 'm': its revision as read
+    "move_revision",  # mode 'm': the head's revision and tail
+    "move_tail",
+)
+
+
+def _named(source: str, fields: tuple[str, ...]) -> str:
+    """``source`` after a header binding each of ``fields`` to its ARGV as a Lua local, with
+    ``FIRST_ENTRY`` replaced by the index of the first argument after them."""
+    header = "".join(f"local {name} = ARGV[{index}]\n" for index, name in enumerate(fields, 1))
+    return header + source.replace("FIRST_ENTRY", str(len(fields) + 1))
+
+
+def _script_args(fields: tuple[str, ...], values: dict[str, str], entries: Sequence[str] = ()) -> list[str]:
+    """The ARGV of a script: ``values`` in the order of ``fields`` ("" where absent), then ``entries``."""
+    unknown = set(values) - set(fields)
+    if unknown:
+        raise KeyError(f"not script fields: {sorted(unknown)}")
+    return [values.get(name, "") for name in fields] + list(entries)
+
+
+# _LOAD_SCRIPT, ARGV: _LOAD_FIELDS (a since head, "" when none).
 # Returns {'h', incarnation, revision, summary, tail, has counter, counter, delta, entries...},
 # {'s', state, revision, key index} (only an old-layout session) or {'n'}.
-_LOAD_SCRIPT = """
+_LOAD_SCRIPT = _named(
+    """
 local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter')
 if h[1] then
   local entries
   local delta = 0
-  if ARGV[1] ~= '' and ARGV[1] == h[1] and ARGV[2] == h[2] then
-    local n = tonumber(h[4]) - tonumber(ARGV[3])
+  if since_incarnation ~= '' and since_incarnation == h[1] and since_revision == h[2] then
+    local n = tonumber(h[4]) - tonumber(since_tail)
     if n == 0 then
       entries = {}
       delta = 1
@@ -90,31 +133,31 @@ for i = 3, #KEYS do
   end
 end
 return {'n'}
-"""
+""",
+    _LOAD_FIELDS,
+)
 
-# _WRITE_SCRIPT, ARGV: 1 mode ('w': a write; 'm': move an old-layout session in, given whole),
-# 2 writer token, 3 ttl in ms ("" for none), 4 create, 5 incarnation (the new one for a
-# create), 6 expected revision, 7 expected tail, 8 has summary, 9 summary, 10 cut,
-# 11 keep (comma separated), 12 replace, 13 has counter, 14 counter, 15 append-only,
-# 16 old key index, 17 old revision (mode 'm'), 18 revision (mode 'm'), 19 tail (mode 'm'),
-# then the entries: 'w' as cost, message pairs; 'm' as seq, cost, message triples.
+# _WRITE_SCRIPT, ARGV: _WRITE_FIELDS, then the entries: mode 'w' as cost, message pairs; mode
+# 'm' as seq, cost, message triples.
 # Returns {'ok', incarnation, revision, summary, tail, has counter, counter},
 # {'c', <same head fields>} (a conflict), {'c'} (no live session), {'s', state, revision,
 # key index} (an old-layout session to move in first) or {'retry'}.
 # A write resent by the client (its reply was lost) finds its token among the last _WRITERS
 # writers' tokens kept in the head, and succeeds again without being applied twice.
+# Removing "below cut, except keep" is the rule of rules.apply_write, here in Lua.
 _WRITERS = 8
-_WRITE_SCRIPT = """
+_WRITE_SCRIPT = _named(
+    """
 local function head_reply(tag)
   local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter')
   return {tag, h[1], h[2], h[3] or '', h[4], h[5] and 1 or 0, h[5] or ''}
 end
 local function expire()
   for i = 1, 2 do
-    if ARGV[3] == '' then
+    if ttl_ms == '' then
       redis.call('PERSIST', KEYS[i])
     else
-      redis.call('PEXPIRE', KEYS[i], ARGV[3])
+      redis.call('PEXPIRE', KEYS[i], ttl_ms)
     end
   end
 end
@@ -126,18 +169,22 @@ local function number(value, field)
   return n
 end
 local exists = redis.call('EXISTS', KEYS[1]) == 1
-if ARGV[1] == 'm' then
-  local old = KEYS[tonumber(ARGV[16])]
-  if exists or not old or redis.call('HGET', old, 'revision') ~= ARGV[17] then
+if mode == 'm' then
+  local old = KEYS[tonumber(old_index)]
+  if exists or not old or redis.call('HGET', old, 'revision') ~= old_revision then
     return {'retry'}
   end
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[1], 'incarnation', ARGV[5], 'revision', ARGV[18], 'summary', ARGV[9],
-    'tail', ARGV[19], 'writers', ARGV[2])
-  if ARGV[13] == '1' then
-    redis.call('HSET', KEYS[1], 'counter', ARGV[14])
+  if ttl_ms == 'keep' then
+    local left = redis.call('PTTL', old)
+    ttl_ms = left > 0 and tostring(left) or ''
   end
-  for i = 20, #ARGV, 3 do
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', move_revision, 'summary', summary,
+    'tail', move_tail, 'writers', token)
+  if has_counter == '1' then
+    redis.call('HSET', KEYS[1], 'counter', counter)
+  end
+  for i = FIRST_ENTRY, #ARGV, 3 do
     redis.call('RPUSH', KEYS[2], ARGV[i] .. '\t' .. ARGV[i + 1] .. '\t' .. ARGV[i + 2])
   end
   for i = 3, #KEYS do
@@ -153,52 +200,52 @@ if not exists then
       return {'s', old[1] or '', old[2] or '', i}
     end
   end
-  if ARGV[4] ~= '1' then
+  if create ~= '1' then
     return {'c'}
   end
   redis.call('DEL', KEYS[2])
   local tail = 0
-  for i = 20, #ARGV, 2 do
+  for i = FIRST_ENTRY, #ARGV, 2 do
     redis.call('RPUSH', KEYS[2], tail .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1])
     tail = tail + 1
   end
-  redis.call('HSET', KEYS[1], 'incarnation', ARGV[5], 'revision', 1, 'summary', ARGV[9],
-    'tail', tail, 'writers', ARGV[2])
-  if ARGV[13] == '1' then
-    redis.call('HSET', KEYS[1], 'counter', ARGV[14])
+  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', 1, 'summary', summary,
+    'tail', tail, 'writers', token)
+  if has_counter == '1' then
+    redis.call('HSET', KEYS[1], 'counter', counter)
   end
   expire()
   return head_reply('ok')
 end
 local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writers')
 local writers = h[5] or ''
-if string.find(' ' .. writers .. ' ', ' ' .. ARGV[2] .. ' ', 1, true) then
+if string.find(' ' .. writers .. ' ', ' ' .. token .. ' ', 1, true) then
   return head_reply('ok')
 end
-if ARGV[4] == '1' or h[1] ~= ARGV[5] then
+if create == '1' or h[1] ~= incarnation then
   return head_reply('c')
 end
 local revision = number(h[2], 'revision')
 if type(revision) == 'table' then return revision end
 local tail = number(h[3], 'tail')
 if type(tail) == 'table' then return tail end
-if ARGV[6] ~= '' and revision ~= tonumber(ARGV[6]) then
+if expected_revision ~= '' and revision ~= tonumber(expected_revision) then
   return head_reply('c')
 end
-if ARGV[7] ~= '' and tail ~= tonumber(ARGV[7]) then
+if expected_tail ~= '' and tail ~= tonumber(expected_tail) then
   return head_reply('c')
 end
-local append = ARGV[15] == '1'
-if append and ((ARGV[13] == '1') ~= (h[4] ~= false) or (h[4] and h[4] ~= ARGV[14])) then
+local append = append_only == '1'
+if append and ((has_counter == '1') ~= (h[4] ~= false) or (h[4] and h[4] ~= counter)) then
   return head_reply('c')
 end
-if ARGV[12] == '1' then
+if replace == '1' then
   redis.call('DEL', KEYS[2])
 else
-  local cut = tonumber(ARGV[10])
-  if cut > 0 then
+  local below = tonumber(cut)
+  if below > 0 then
     local keep = {}
-    for seq in string.gmatch(ARGV[11], '%d+') do
+    for seq in string.gmatch(keep_seqs, '%d+') do
       keep[seq] = true
     end
     local kept = {}
@@ -206,7 +253,7 @@ else
       local first = redis.call('LINDEX', KEYS[2], 0)
       if not first then break end
       local seq = string.match(first, '^(%d+)\t')
-      if not seq or tonumber(seq) >= cut then break end
+      if not seq or tonumber(seq) >= below then break end
       redis.call('LPOP', KEYS[2])
       if keep[seq] then
         kept[#kept + 1] = first
@@ -217,23 +264,23 @@ else
     end
   end
 end
-for i = 20, #ARGV, 2 do
+for i = FIRST_ENTRY, #ARGV, 2 do
   redis.call('RPUSH', KEYS[2], tail .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1])
   tail = tail + 1
 end
-local recent = {ARGV[2]}
-for token in string.gmatch(writers, '%S+') do
+local recent = {token}
+for other in string.gmatch(writers, '%S+') do
   if #recent == _WRITERS then break end
-  recent[#recent + 1] = token
+  recent[#recent + 1] = other
 end
 redis.call('HSET', KEYS[1], 'tail', tail, 'writers', table.concat(recent, ' '))
-if ARGV[8] == '1' then
-  redis.call('HSET', KEYS[1], 'summary', ARGV[9])
+if has_summary == '1' then
+  redis.call('HSET', KEYS[1], 'summary', summary)
 end
 if not append then
   redis.call('HSET', KEYS[1], 'revision', revision + 1)
-  if ARGV[13] == '1' then
-    redis.call('HSET', KEYS[1], 'counter', ARGV[14])
+  if has_counter == '1' then
+    redis.call('HSET', KEYS[1], 'counter', counter)
   else
     redis.call('HDEL', KEYS[1], 'counter')
   end
@@ -243,7 +290,9 @@ for i = 3, #KEYS do
 end
 expire()
 return head_reply('ok')
-""".replace("_WRITERS", str(_WRITERS))
+""".replace("_WRITERS", str(_WRITERS)),
+    _WRITE_FIELDS,
+)
 
 _RETRIES = 100  # moves of an old-layout session lost to other writers, before giving up
 _MAX_TTL_MS = 10**13  # ~317 years: longer ttls mean "practically never" and would overflow Redis
@@ -306,6 +355,14 @@ def _glob_literal(text: str) -> str:
 
 def _ttl_ms(ttl: Optional[float]) -> str:
     return "" if ttl is None else str(min(_MAX_TTL_MS, max(1, math.ceil(ttl * 1000))))
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else ""
+
+
+def _optional(number: Optional[int]) -> str:
+    return "" if number is None else str(number)
 
 
 def _encode_id(session_id: str) -> str:
@@ -624,65 +681,56 @@ class RedisStore(Closing):
     @staticmethod
     def _load_args(since: Optional[Head]) -> list[str]:
         if since is None:
-            return ["", "", ""]
-        return [since.incarnation, str(since.revision), str(since.tail)]
+            return _script_args(_LOAD_FIELDS, {})
+        values = {
+            "since_incarnation": since.incarnation,
+            "since_revision": str(since.revision),
+            "since_tail": str(since.tail),
+        }
+        return _script_args(_LOAD_FIELDS, values)
 
     @staticmethod
     def _write_args(change: LogWrite, token: str) -> list[str]:
-        incarnation = uuid.uuid4().hex if change.create else change.incarnation
-        args = [
-            "w",
-            token,
-            _ttl_ms(change.ttl),
-            "1" if change.create else "",
-            incarnation,
-            "" if change.expected_revision is None else str(change.expected_revision),
-            "" if change.expected_tail is None else str(change.expected_tail),
-            "" if change.summary is None else "1",
-            change.summary or "",
-            str(change.cut),
-            ",".join(str(seq) for seq in change.keep),
-            "1" if change.replace else "",
-            "" if change.counter is None else "1",
-            change.counter or "",
-            "1" if change.is_append else "",
-            "",
-            "",
-            "",
-            "",
-        ]
-        for entry in change.entries:
-            args += [str(entry.cost), entry.message]
-        return args
+        values = {
+            "mode": "w",
+            "token": token,
+            "ttl_ms": _ttl_ms(change.ttl),
+            "create": _flag(change.create),
+            "incarnation": uuid.uuid4().hex if change.create else change.incarnation,
+            "expected_revision": _optional(change.expected_revision),
+            "expected_tail": _optional(change.expected_tail),
+            "has_summary": _flag(change.summary is not None),
+            "summary": change.summary or "",
+            "cut": str(change.cut),
+            "keep_seqs": ",".join(str(seq) for seq in change.keep),
+            "replace": _flag(change.replace),
+            "has_counter": _flag(change.counter is not None),
+            "counter": change.counter or "",
+            "append_only": _flag(change.is_append),
+        }
+        entries = [part for entry in change.entries for part in (str(entry.cost), entry.message)]
+        return _script_args(_WRITE_FIELDS, values, entries)
 
     @staticmethod
-    def _move_args(
-        head: Head, entries: list[LogEntry], ttl: Optional[float], key_index: int, old: str
-    ) -> list[str]:
-        args = [
-            "m",
-            uuid.uuid4().hex,
-            _ttl_ms(ttl),
-            "",
-            head.incarnation,
-            "",
-            "",
-            "1",
-            head.summary,
-            "0",
-            "",
-            "",
-            "" if head.counter is None else "1",
-            head.counter or "",
-            "",
-            str(key_index),
-            old,
-            str(head.revision),
-            str(head.tail),
-        ]
-        for entry in entries:
-            args += [str(entry.seq), str(entry.cost), entry.message]
-        return args
+    def _move_args(head: Head, entries: list[LogEntry], ttl_ms: str, key_index: int, old: str) -> list[str]:
+        """The write script's arguments that store ``head`` and ``entries`` whole in place of the
+        old-layout key ``KEYS[key_index]`` read at revision ``old`` (``ttl_ms`` "keep": its expiry)."""
+        values = {
+            "mode": "m",
+            "token": uuid.uuid4().hex,
+            "ttl_ms": ttl_ms,
+            "incarnation": head.incarnation,
+            "has_summary": "1",
+            "summary": head.summary,
+            "has_counter": _flag(head.counter is not None),
+            "counter": head.counter or "",
+            "old_index": str(key_index),
+            "old_revision": old,
+            "move_revision": str(head.revision),
+            "move_tail": str(head.tail),
+        }
+        parts = [part for entry in entries for part in (str(entry.seq), str(entry.cost), entry.message)]
+        return _script_args(_WRITE_FIELDS, values, parts)
 
     @staticmethod
     def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
@@ -746,8 +794,7 @@ class RedisStore(Closing):
         state, revision, index = reply[1], _text(reply[2]), int(reply[3])
         if not revision.isdigit():
             raise self._malformed(session_id, f"state={state!r:.40}, revision={revision!r:.40}")
-        text = self._string(session_id, state, "state")
-        head, entries = decode(session_id, StoredSession(text, int(revision)))
+        head, entries = read_state(session_id, self._string(session_id, state, "state"))
         return head, entries, index, revision
 
     def _loaded(self, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
@@ -799,8 +846,8 @@ class RedisStore(Closing):
                 error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
             raise error
         head, entries, index, revision = self._old(session_id, reply)
-        updated, kept = apply_write(session_id, head, entries, change, uuid.uuid4().hex)
-        return self._move_args(updated, kept, change.ttl, index, revision), index
+        updated, whole = write_whole(session_id, head, entries, change)
+        return self._move_args(updated, whole, _ttl_ms(change.ttl), index, revision), index
 
     def _ids_pattern(self, prefix: str) -> str:
         check_prefix(prefix)
@@ -868,6 +915,32 @@ class RedisStore(Closing):
             if isinstance(step, Head):
                 return step
             args = step[0]
+        raise ConflictError(
+            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
+        )
+
+    def migrate(self, session_id: str, *, dry_run: bool = False) -> bool:
+        """Move the session from an old-layout key to the head and log keys, as it is (head,
+        entries, expiry), in one atomic script; ``True`` if it was there (with ``dry_run``: it
+        would move, nothing is written), ``False`` if it is already in the log layout or absent.
+        A stored state that cannot be read raises ``InvalidStateError`` and stays where it is."""
+        keys = self._keys(session_id)
+        client, scripts = self._sync_client()
+        for _ in range(_RETRIES):
+            with self._guard("migration", session_id):
+                if client.exists(keys[0]):  # current: not read whole
+                    return False
+                reply = self._run(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(None))
+            if _text(reply[0]) != "s":
+                return False
+            head, entries, index, revision = self._old(session_id, reply)
+            if dry_run:
+                return True
+            args = self._move_args(head, entries, "keep", index, revision)
+            with self._guard("migration", session_id):
+                reply = self._run(client, scripts[1], _WRITE_SCRIPT, keys, args)
+            if _text(reply[0]) == "ok":
+                return True
         raise ConflictError(
             f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
         )

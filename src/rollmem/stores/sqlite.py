@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sqlite3
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -16,7 +14,8 @@ from itertools import repeat
 from typing import Optional, Union
 
 from .. import _validate as v
-from ..errors import StoreUnavailableError
+from ..errors import InvalidStateError, StoreUnavailableError
+from ._legacy import described, read_state, write_whole
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
 from .rules import (
     Closing,
@@ -36,11 +35,11 @@ SCHEMA_VERSION = 2
 """The layout version this module writes to the ``rollmem_meta`` table: 2 is the log layout (a
 head row per session plus one row per message). A version-1 database (one JSON state per
 session) is upgraded in place on first use; its sessions are read from the old table until
-their next write moves them. A newer version is refused."""
+their next write (or :meth:`SQLiteStore.migrate`, ``rollmem migrate``) moves them; that
+read-through is removed in 1.0. A newer version is refused."""
 
 _MAX_TIMEOUT = 2_000_000.0  # SQLite's busy timeout is a 32-bit count of milliseconds
 _MAX_IDLE = 16  # idle connections kept per store and process; more threads open and close their own
-_LEGACY_INCARNATION = "legacy"  # the incarnation a version-1 session reads as, until its next write
 
 
 def _quote(identifier: str) -> str:
@@ -343,23 +342,21 @@ class SQLiteStore(Closing):
 
     def _read_legacy(
         self, conn: sqlite3.Connection, session_id: str, now: float
-    ) -> Optional[tuple[Head, list[LogEntry]]]:
-        """A session still in the version-1 table, as a head and entries (unknown costs)."""
+    ) -> Optional[tuple[Head, list[LogEntry], Optional[float]]]:
+        """A session still in the version-1 table (read by :func:`._legacy.read_state`) and its
+        expiry time."""
         if not self._legacy:
             return None
         row = conn.execute(_LEGACY_LOAD, (session_id,)).fetchone()
         if row is None or is_expired(row[2], now):
             return None
         try:
-            data = json.loads(row[0])
-            summary, buffer = data["summary"], data["buffer"]
-            if not isinstance(summary, str) or not isinstance(buffer, list) or type(row[1]) is not int:
-                raise TypeError("summary must be a str and buffer a list")
-            texts = [json.dumps(item, ensure_ascii=False, separators=(",", ":")) for item in buffer]
-        except (ValueError, TypeError, KeyError, RecursionError) as exc:
-            raise self._corrupt(session_id, f"version-1 state: {exc!r}") from exc
-        head = Head(_LEGACY_INCARNATION, row[1], summary, len(texts), None)
-        return head, [LogEntry(text, -1, seq) for seq, text in enumerate(texts)]
+            if not isinstance(row[0], str):
+                raise InvalidStateError("", f"expected the state as text, got {v.type_name(row[0])}")
+            head, entries = read_state(session_id, row[0])
+        except InvalidStateError as exc:
+            raise self._corrupt(session_id, f"version-1 state: {described(exc)}") from exc
+        return head, entries, row[2]
 
     # the LogStore protocol
 
@@ -393,61 +390,73 @@ class SQLiteStore(Closing):
             now = time.time()
             head = self._read_head(conn, session_id, now)
             legacy = None if head is not None else self._read_legacy(conn, session_id, now)
-            if legacy is not None:
-                head = legacy[0]
+            expires_at = None if change.ttl is None else now + change.ttl
+            if legacy is not None or head is None or change.create or change.replace:
+                # the one "write it whole" branch: a create, a rewrite, or an old-layout session
+                base, entries = (head, []) if legacy is None else legacy[:2]
+                updated, whole = write_whole(session_id, base, entries, change)
+                self._store_whole(conn, session_id, updated, whole, expires_at, now)
+                return updated
             error = write_conflict(session_id, head, change)
             if error is not None:
                 raise error
-            updated = _new_head(head, change, uuid.uuid4().hex)
-            expires_at = None if change.ttl is None else now + change.ttl
-            if legacy is not None or head is None or change.create or change.replace:
-                # a new incarnation, a rewrite, or a version-1 session moving in: write it all
-                kept = [] if legacy is None or change.replace else legacy[1]
-                if legacy is not None and not change.replace:
-                    keep = set(change.keep)
-                    kept = [e for e in kept if e.seq >= change.cut or e.seq in keep]
-                conn.execute(_DELETE_ENTRIES, (session_id,))
-                if self._legacy:
-                    conn.execute(_LEGACY_DELETE, (session_id,))
-                conn.execute(
-                    _INSERT_HEAD,
-                    (
-                        session_id,
-                        updated.incarnation,
-                        updated.revision,
-                        updated.summary,
-                        updated.tail,
-                        updated.counter,
-                        expires_at,
-                        now,
-                    ),
-                )
-                conn.executemany(_INSERT_ENTRY, [(session_id, e.seq, e.message, e.cost) for e in kept])
-            else:
-                if change.cut:
-                    bounds = [-1, *sorted(seq for seq in set(change.keep) if seq < change.cut), change.cut]
-                    ranges = [
-                        (session_id, low + 1, high) for low, high in zip(bounds, bounds[1:]) if high > low + 1
-                    ]
-                    conn.executemany(_DELETE_RANGE, ranges)
-                conn.execute(
-                    _UPDATE_HEAD,
-                    (
-                        updated.revision,
-                        updated.summary,
-                        updated.tail,
-                        updated.counter,
-                        expires_at,
-                        now,
-                        session_id,
-                    ),
-                )
+            updated = _new_head(head, change, head.incarnation)
+            if change.cut:  # the rule of rules.apply_write: remove below cut, except keep
+                bounds = [-1, *sorted(seq for seq in set(change.keep) if seq < change.cut), change.cut]
+                ranges = [
+                    (session_id, low + 1, high) for low, high in zip(bounds, bounds[1:]) if high > low + 1
+                ]
+                conn.executemany(_DELETE_RANGE, ranges)
+            conn.execute(
+                _UPDATE_HEAD,
+                (
+                    updated.revision,
+                    updated.summary,
+                    updated.tail,
+                    updated.counter,
+                    expires_at,
+                    now,
+                    session_id,
+                ),
+            )
             first = updated.tail - len(change.entries)
             conn.executemany(
                 _INSERT_ENTRY,
                 [(session_id, first + i, e.message, e.cost) for i, e in enumerate(change.entries)],
             )
         return updated
+
+    def _store_whole(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        head: Head,
+        entries: list[LogEntry],
+        expires_at: Optional[float],
+        now: float,
+    ) -> None:
+        """Replace every row of the session (in the version-1 table too) by ``head`` and ``entries``."""
+        conn.execute(_DELETE_ENTRIES, (session_id,))
+        if self._legacy:
+            conn.execute(_LEGACY_DELETE, (session_id,))
+        fields = (head.incarnation, head.revision, head.summary, head.tail, head.counter)
+        conn.execute(_INSERT_HEAD, (session_id, *fields, expires_at, now))
+        conn.executemany(_INSERT_ENTRY, [(session_id, e.seq, e.message, e.cost) for e in entries])
+
+    def migrate(self, session_id: str, *, dry_run: bool = False) -> bool:
+        """Move the session from the version-1 table to the log tables, as it is (head, entries,
+        expiry), in one transaction; ``True`` if it was there (with ``dry_run``: it would move,
+        nothing is written), ``False`` if it is already in the log tables or absent. A stored
+        state that cannot be read raises ``StoreUnavailableError`` and stays where it is."""
+        check_session_id(session_id)
+        with self._write() as conn:
+            now = time.time()
+            legacy = (
+                None if self._read_head(conn, session_id, now) else self._read_legacy(conn, session_id, now)
+            )
+            if legacy is not None and not dry_run:
+                self._store_whole(conn, session_id, legacy[0], legacy[1], legacy[2], now)
+        return legacy is not None
 
     def delete(self, session_id: str) -> bool:
         """Remove the session (its incarnation ends); ``True`` if a live one was there."""
