@@ -689,28 +689,45 @@ class CountingParts:
         return result
 
 
+class WritesStore(MemoryStore):
+    """A :class:`MemoryStore` recording, per write, the entries it appends and whether it replaces
+    the whole log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[int, bool]] = []
+
+    async def awrite(self, session_id: str, change: LogWrite) -> Any:
+        self.writes.append((len(change.entries), change.replace))
+        return await super().awrite(session_id, change)
+
+
 @pytest.mark.parametrize("write_back", [False, True])
 def test_a_model_call_reads_and_counts_only_the_new_messages(
     write_back: bool, monkeypatch: pytest.MonkeyPatch, recorder: Any
 ) -> None:
-    """The work per call (request parts read, texts counted) is the same with 10 and with 300
-    buffered turns, whether the app passes its whole history or the history returned."""
+    """The work per call (request parts read, texts counted, entries written to the store) is the
+    same with 10 and with 300 buffered turns, whether the app passes its whole history or the
+    history returned."""
     counting = CountingParts(monkeypatch)
     work = {}
     for turns in (10, 300):
-        processor = rolling_history(4 * turns, recorder, counting.counter)
+        store = WritesStore()
+        processor = rolling_history(4 * turns, recorder, counting.counter, store=store)
         history: list[ModelMessage] = [m for n in range(turns) for m in build_turn(n)]
         output = asyncio.run(processor(None, history))
         per_call = set()
         for n in range(turns, turns + 6):
             history = (output if write_back else history) + build_turn(n)
             counting.take()
+            del store.writes[:]
             output = asyncio.run(processor(None, history))
-            per_call.add(counting.take())
+            per_call.add((*counting.take(), *store.writes))
             assert_no_orphans(output)
         work[turns] = per_call
     assert work[10] == work[300]
-    assert {counted for _, counted in work[300]} == {4}  # one turn: its 4 messages counted
+    # One turn: its 4 messages counted, and appended (with the fold's cut): no rewrite.
+    assert {(counted, written) for _, counted, written in work[300]} == {(4, (4, False))}
 
 
 def test_agent_runs_read_only_the_new_messages(monkeypatch: pytest.MonkeyPatch, recorder: Any) -> None:
