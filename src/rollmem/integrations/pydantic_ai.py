@@ -51,7 +51,13 @@ before it that are not stored were folded (folds always take the oldest parts), 
 dropped, never summarized again. So a model request counts only the new parts, also after a
 restart, and the state is bounded by the budget however long the conversation. Conversions and
 fingerprints are also kept per history object in the processor, so a history passed again as the
-same objects is not converted again. The summarizer receives the previous summary and only parts
+same objects is not converted again. And the processor remembers, per conversation (the newest 64),
+the history its last call was passed and the one it returned: a history that starts with either
+(one list comparison, plus the parts of its last messages) is taken apart, counted and rebuilt
+only from the messages after it, when the stored state is still the one that call left; anything
+else (another writer, an edited history, our own parts among the new messages, or a remembered
+history grown to twice what was last walked) walks the whole history as above. So a model call
+costs O(new messages), plus that C-speed comparison and list copies. The summarizer receives the previous summary and only parts
 never folded before (without those ids). Our own summary part is recognised wherever it sits
 (pydantic-ai 2.x writes the processed history back, and may merge that part into the request of a
 user prompt) and removed before the history is measured. The state lives in ``store`` (any
@@ -522,9 +528,11 @@ class _Tracks:
             if ctx_key is not None:
                 candidates = [self._tracks[ctx_key]] if ctx_key in self._tracks else []
             else:
-                candidates = [t for t in self._tracks.values() if t.ctx_key is None]
+                candidates = list(self._tracks.values())
             for track in candidates:
-                if messages[0] is not track.history[0] and messages[0] is not track.output[0]:
+                if track.ctx_key != ctx_key or (
+                    messages[0] is not track.history[0] and messages[0] is not track.output[0]
+                ):
                     continue
                 known = track.known(messages)
                 if known is not None:
