@@ -765,3 +765,33 @@ def test_continuing_a_history_returns_what_a_full_walk_returns(make_recorder: Ca
         assert to_jsonable_python(output) == to_jsonable_python(asyncio.run(walked(None, copy)))
         if n % 2:
             history = output  # the processed history, as pydantic-ai writes it back
+
+
+def test_another_writer_or_parts_added_afterwards_fall_back_to_a_full_walk(
+    make_recorder: Callable[[], Any],
+) -> None:
+    """Two processors on one store take turns on one history, and parts are added to its last
+    request after a call (as pydantic-ai does): each message is still summarized once, and each
+    returns what a full walk returns."""
+    from pydantic_ai.messages import ModelSettingsDeltaPart
+
+    recorder = make_recorder()
+    store = MemoryStore()
+    first, second = (
+        rolling_history(6, recorder, one, store=store),
+        rolling_history(6, recorder, one, store=store),
+    )
+    walked = rolling_history(6, make_recorder(), one)
+    history: list[ModelMessage] = []
+    for n in range(30):
+        history = history + build_turn(n)
+        copy = ModelMessagesTypeAdapter.validate_python(to_jsonable_python(history))
+        processor = first if n % 4 < 2 else second
+        output = asyncio.run(processor(None, history))
+        assert to_jsonable_python(output) == to_jsonable_python(asyncio.run(walked(None, copy)))
+        if n % 3 == 0:
+            last = history[-1] if isinstance(history[-1], ModelRequest) else history[-2]
+            last.parts = [*last.parts, ModelSettingsDeltaPart(settings={"thinking": "low"}, top_level=True)]
+    folded = [m.content for m in recorder.folded]
+    assert len(folded) == len(set(folded))
+    assert folded + [m.content for m in as_rollmem(output)] == [*conversation(range(30)), "a29 done"]
