@@ -46,27 +46,27 @@ summary and the unfolded messages with their token costs (and the counter's iden
 message's id being the fingerprint of its part (a hash of the part's converted form, its kind and
 timestamp, so a history passed again after being serialized or re-created is recognised). A passed
 history is matched against it: parts whose fingerprint is stored were counted already, the parts
-after the newest stored one are new (counted once, then folded by the policy), and the parts
-before it that are not stored were folded (folds always take the oldest parts), so they are
-dropped, never summarized again. So a model request counts only the new parts, also after a
-restart, and the state is bounded by the budget however long the conversation. Conversions and
-fingerprints are also kept per history object in the processor, so a history passed again as the
-same objects is not converted again. And the processor remembers, per conversation (the newest 64),
-the history its last call was passed and the one it returned: a history that starts with either
-(one list comparison, plus the parts of its last messages) is taken apart, counted and rebuilt
-only from the messages after it, when the stored state is still the one that call left; anything
-else (another writer, an edited history, our own parts among the new messages, or a remembered
-history grown to twice what was last walked) walks the whole history as above. So a model call
-costs O(new messages), plus that C-speed comparison and list copies. The summarizer receives the previous summary and only parts
-never folded before (without those ids). Our own summary part is recognised wherever it sits
-(pydantic-ai 2.x writes the processed history back, and may merge that part into the request of a
-user prompt) and removed before the history is measured. The state lives in ``store`` (any
-rollmem store: a log store such as :class:`~rollmem.stores.SQLiteStore`, or a whole-state
-:class:`~rollmem.stores.Store` or :class:`~rollmem.stores.AsyncStore`; a new in-process
-:class:`~rollmem.stores.MemoryStore` by default) under the session id :data:`STATE_PREFIX` ``+
-conversation key``, written with :meth:`AsyncSessions.update` (a lost race re-runs on the
-winner's state, up to 10 times, then :class:`~rollmem.errors.ConflictError`). A state written by
-rollmem 0.6 (a JSON document as the session's summary) is read and continued.
+after the newest stored one are new (counted once, then folded by the policy), and the parts before
+it that are not stored were folded (folds always take the oldest parts), so they are dropped, never
+summarized again. So a model request counts only the new parts, also after a restart, and the state
+is bounded by the budget however long the conversation. Conversions and fingerprints are also kept
+per history object in the processor, so a history passed again as the same objects is not converted
+again. And the processor remembers, per conversation (the newest 64), the history its last call was
+passed and the one it returned: a history that starts with either (one list comparison, plus the
+parts of its last messages) is taken apart, counted and rebuilt only from the messages after it,
+when the stored state is still the one that call left; anything else (another writer, an edited
+history, our own parts among the new messages, or a remembered history grown to twice what was last
+walked) walks the whole history as above. So a model call costs O(new messages), plus that C-speed
+comparison and list copies. The summarizer receives the previous summary and only parts never
+folded before (without those ids). Our own summary part is recognised wherever it sits (pydantic-ai
+2.x writes the processed history back, and may merge that part into the request of a user prompt)
+and removed before the history is measured. The state lives in ``store`` (any rollmem store: a log
+store such as :class:`~rollmem.stores.SQLiteStore`, or a whole-state :class:`~rollmem.stores.Store`
+or :class:`~rollmem.stores.AsyncStore`; a new in-process :class:`~rollmem.stores.MemoryStore` by
+default) under the session id :data:`STATE_PREFIX` ``+ conversation key``, written with
+:meth:`AsyncSessions.update` (a lost race re-runs on the winner's state, up to 10 times, then
+:class:`~rollmem.errors.ConflictError`). A state written by rollmem 0.6 (a JSON document as the
+session's summary) is read and continued.
 
 The conversation key is ``RunContext.conversation_id`` (pydantic-ai sets it on every run since
 late 1.x and carries it on the messages). Without one, it is the key recorded in our summary part
