@@ -659,3 +659,139 @@ def test_a_state_written_before_0_7_is_read_and_continued(recorder: Any) -> None
     asyncio.run(processor(Ctx(), build_turn(0) + build_turn(1)))
     assert recorder.calls[0][0] == "earlier talk"
     assert stored_memory(store, STATE_PREFIX + "old").summary == recorder.results[-1]
+
+
+class CountingParts:
+    """Counts the request parts the processor takes apart, by wrapping the module's own
+    ``_summary_key`` (called once per request part it reads), and the texts counted."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from rollmem.integrations import pydantic_ai
+
+        self.parts = 0
+        self.counted = 0
+        original = pydantic_ai._summary_key
+
+        def summary_key(part: Any) -> Any:
+            self.parts += 1
+            return original(part)
+
+        monkeypatch.setattr(pydantic_ai, "_summary_key", summary_key)
+
+    def counter(self, text: str) -> int:
+        self.counted += 1
+        return 1
+
+    def take(self) -> tuple[int, int]:
+        """``(parts read, texts counted)`` since the last call."""
+        result = (self.parts, self.counted)
+        self.parts = self.counted = 0
+        return result
+
+
+class WritesStore(MemoryStore):
+    """A :class:`MemoryStore` recording, per write, the entries it appends and whether it replaces
+    the whole log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[int, bool]] = []
+
+    async def awrite(self, session_id: str, change: LogWrite) -> Any:
+        self.writes.append((len(change.entries), change.replace))
+        return await super().awrite(session_id, change)
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+def test_a_model_call_reads_and_counts_only_the_new_messages(
+    write_back: bool, monkeypatch: pytest.MonkeyPatch, recorder: Any
+) -> None:
+    """The work per call (request parts read, texts counted, entries written to the store) is the
+    same with 10 and with 300 buffered turns, whether the app passes its whole history or the
+    history returned."""
+    counting = CountingParts(monkeypatch)
+    work = {}
+    for turns in (10, 300):
+        store = WritesStore()
+        processor = rolling_history(4 * turns, recorder, counting.counter, store=store)
+        history: list[ModelMessage] = [m for n in range(turns) for m in build_turn(n)]
+        output = asyncio.run(processor(None, history))
+        per_call = set()
+        for n in range(turns, turns + 6):
+            history = (output if write_back else history) + build_turn(n)
+            counting.take()
+            del store.writes[:]
+            output = asyncio.run(processor(None, history))
+            per_call.add((*counting.take(), *store.writes))
+            assert_no_orphans(output)
+        work[turns] = per_call
+    assert work[10] == work[300]
+    # One turn: its 4 messages counted, and appended (with the fold's cut): no rewrite.
+    assert {(counted, written) for _, counted, written in work[300]} == {(4, (4, False))}
+
+
+def test_agent_runs_read_only_the_new_messages(monkeypatch: pytest.MonkeyPatch, recorder: Any) -> None:
+    """Driven by a real agent (which writes the processed history back), a run reads no more
+    request parts with 100 buffered turns than with 5 (where a rare full walk is cheap), and
+    counts only its own messages."""
+    counting = CountingParts(monkeypatch)
+    work = {}
+    for turns in (5, 100):
+        chat = Chat(rolling_history(4 * turns, recorder, counting.counter))
+        for _ in range(turns + 3):
+            chat.say()
+        per_run = set()
+        for _ in range(3):
+            counting.take()
+            chat.say()
+            per_run.add(counting.take())
+        work[turns] = per_run
+    assert max(work[100]) <= max(work[5])
+    assert {counted for _, counted in work[5] | work[100]} == {4}
+
+
+def test_continuing_a_history_returns_what_a_full_walk_returns(make_recorder: Callable[[], Any]) -> None:
+    """A processor passed its previous history plus new messages returns the same history as one
+    passed a fresh copy each time (which reads all of it), through folds, tool pairs, a system
+    prompt and quiet parts."""
+    continued, walked = rolling_history(7, make_recorder(), words), rolling_history(7, make_recorder(), words)
+    history: list[ModelMessage] = [ModelRequest(parts=[SystemPromptPart("Be brief."), UserPromptPart("hi")])]
+    for n in range(40):
+        history = history + build_turn(n)
+        if n % 5 == 0:
+            history.append(ModelResponse(parts=[ThinkingPart("hmm"), TextPart(f"note {n} " * (n % 3))]))
+        copy = ModelMessagesTypeAdapter.validate_python(to_jsonable_python(history))
+        output = asyncio.run(continued(None, history))
+        assert to_jsonable_python(output) == to_jsonable_python(asyncio.run(walked(None, copy)))
+        if n % 2:
+            history = output  # the processed history, as pydantic-ai writes it back
+
+
+def test_another_writer_or_parts_added_afterwards_fall_back_to_a_full_walk(
+    make_recorder: Callable[[], Any],
+) -> None:
+    """Two processors on one store take turns on one history, and parts are added to its last
+    request after a call (as pydantic-ai does): each message is still summarized once, and each
+    returns what a full walk returns."""
+    from pydantic_ai.messages import ModelSettingsDeltaPart
+
+    recorder = make_recorder()
+    store = MemoryStore()
+    first, second = (
+        rolling_history(6, recorder, one, store=store),
+        rolling_history(6, recorder, one, store=store),
+    )
+    walked = rolling_history(6, make_recorder(), one)
+    history: list[ModelMessage] = []
+    for n in range(30):
+        history = history + build_turn(n)
+        copy = ModelMessagesTypeAdapter.validate_python(to_jsonable_python(history))
+        processor = first if n % 4 < 2 else second
+        output = asyncio.run(processor(None, history))
+        assert to_jsonable_python(output) == to_jsonable_python(asyncio.run(walked(None, copy)))
+        if n % 3 == 0:
+            last = history[-1] if isinstance(history[-1], ModelRequest) else history[-2]
+            last.parts = [*last.parts, ModelSettingsDeltaPart(settings={"thinking": "low"}, top_level=True)]
+    folded = [m.content for m in recorder.folded]
+    assert len(folded) == len(set(folded))
+    assert folded + [m.content for m in as_rollmem(output)] == [*conversation(range(30)), "a29 done"]

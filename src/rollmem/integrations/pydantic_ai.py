@@ -46,21 +46,27 @@ summary and the unfolded messages with their token costs (and the counter's iden
 message's id being the fingerprint of its part (a hash of the part's converted form, its kind and
 timestamp, so a history passed again after being serialized or re-created is recognised). A passed
 history is matched against it: parts whose fingerprint is stored were counted already, the parts
-after the newest stored one are new (counted once, then folded by the policy), and the parts
-before it that are not stored were folded (folds always take the oldest parts), so they are
-dropped, never summarized again. So a model request counts only the new parts, also after a
-restart, and the state is bounded by the budget however long the conversation. Conversions and
-fingerprints are also kept per history object in the processor, so a history passed again as the
-same objects is not converted again. The summarizer receives the previous summary and only parts
-never folded before (without those ids). Our own summary part is recognised wherever it sits
-(pydantic-ai 2.x writes the processed history back, and may merge that part into the request of a
-user prompt) and removed before the history is measured. The state lives in ``store`` (any
-rollmem store: a log store such as :class:`~rollmem.stores.SQLiteStore`, or a whole-state
-:class:`~rollmem.stores.Store` or :class:`~rollmem.stores.AsyncStore`; a new in-process
-:class:`~rollmem.stores.MemoryStore` by default) under the session id :data:`STATE_PREFIX` ``+
-conversation key``, written with :meth:`AsyncSessions.update` (a lost race re-runs on the
-winner's state, up to 10 times, then :class:`~rollmem.errors.ConflictError`). A state written by
-rollmem 0.6 (a JSON document as the session's summary) is read and continued.
+after the newest stored one are new (counted once, then folded by the policy), and the parts before
+it that are not stored were folded (folds always take the oldest parts), so they are dropped, never
+summarized again. So a model request counts only the new parts, also after a restart, and the state
+is bounded by the budget however long the conversation. Conversions and fingerprints are also kept
+per history object in the processor, so a history passed again as the same objects is not converted
+again. And the processor remembers, per conversation (the newest 64), the history its last call was
+passed and the one it returned: a history that starts with either (one list comparison, plus the
+parts of its last messages) is taken apart, counted and rebuilt only from the messages after it,
+when the stored state is still the one that call left; anything else (another writer, an edited
+history, our own parts among the new messages, or a remembered history grown to twice what was last
+walked) walks the whole history as above. So a model call costs O(new messages), plus that C-speed
+comparison and list copies. The summarizer receives the previous summary and only parts never
+folded before (without those ids). Our own summary part is recognised wherever it sits (pydantic-ai
+2.x writes the processed history back, and may merge that part into the request of a user prompt)
+and removed before the history is measured. The state lives in ``store`` (any rollmem store: a log
+store such as :class:`~rollmem.stores.SQLiteStore`, or a whole-state :class:`~rollmem.stores.Store`
+or :class:`~rollmem.stores.AsyncStore`; a new in-process :class:`~rollmem.stores.MemoryStore` by
+default) under the session id :data:`STATE_PREFIX` ``+ conversation key``, written with
+:meth:`AsyncSessions.update` (a lost race re-runs on the winner's state, up to 10 times, then
+:class:`~rollmem.errors.ConflictError`). A state written by rollmem 0.6 (a JSON document as the
+session's summary) is read and continued.
 
 The conversation key is ``RunContext.conversation_id`` (pydantic-ai sets it on every run since
 late 1.x and carries it on the messages). Without one, it is the key recorded in our summary part
@@ -306,7 +312,15 @@ class _View:
         self.owners: list[list[int]] = []  # per message, per part: the index of its group
         self.groups: list[Message] = []
         self.prints: list[str] = []
+        self.group_message: list[int] = []  # per group: the index of its message in ``messages``
+        self.skipped = 0  # our own parts (summaries, opening user turns) taken out
         self._opening = True  # still reading the system prompt parts the first request opens with
+        self.extend(pai, messages, 0)
+
+    def extend(self, pai: Any, messages: Sequence[Any], offset: int) -> bool:
+        """Take apart ``messages`` (at ``offset`` in the passed history) after the ones already
+        here. Returns whether they held none of our own parts and every quiet part found a group."""
+        start, groups, skipped = len(self.messages), len(self.groups), self.skipped
         for index, message in enumerate(messages):
             kind = getattr(message, "kind", None)
             if kind == "response":
@@ -315,13 +329,16 @@ class _View:
                 self._add_request(pai, message)
             else:
                 raise TypeError(
-                    f"messages[{index}]: expected ModelRequest or ModelResponse, got {v.type_name(message)}"
+                    f"messages[{offset + index}]: expected ModelRequest or ModelResponse, "
+                    f"got {v.type_name(message)}"
                 )
-        self._place_quiet_parts()
+        placed = self._place_quiet_parts(start, groups - 1)
+        return placed and self.skipped == skipped
 
     def _new_group(self, converted: tuple[Message, str]) -> int:
         self.groups.append(converted[0])
         self.prints.append(converted[1])
+        self.group_message.append(len(self.messages))  # the index its message will have
         return len(self.groups) - 1
 
     def _add_response(self, pai: Any, response: Any) -> None:
@@ -340,8 +357,10 @@ class _View:
             if found is not None:
                 self.summaries.append(found[0])
                 self.marker_key = self.marker_key or found[1]
+                self.skipped += 1
                 continue
             if _is_opening_part(part):  # ours, written back by pydantic-ai: added again when needed
+                self.skipped += 1
                 continue
             self._opening = opening = self._opening and getattr(part, "part_kind", None) == "system-prompt"
             converted = self._cache.get(part, opening, _request_message, (pai, part, opening), request)
@@ -355,12 +374,14 @@ class _View:
         self.messages.append(request)
         self.owners.append(owners)
 
-    def _place_quiet_parts(self) -> None:
-        """A quiet part goes with the next group of its request, else the previous one, else the
-        nearest group before its message, else the first group after it."""
-        previous = -1
+    def _place_quiet_parts(self, start: int, previous: int) -> bool:
+        """A quiet part of the messages from ``start`` on goes with the next group of its request,
+        else the previous one (``previous``: the last group before them), else the nearest group
+        before its message, else the first group after it. Returns whether none needed the last
+        rule (which a later group would change)."""
         unplaced: list[tuple[int, int]] = []
-        for position, owners in enumerate(self.owners):
+        for position in range(start, len(self.owners)):
+            owners = self.owners[position]
             following = -1
             for index in range(len(owners) - 1, -1, -1):
                 if owners[index] >= 0:
@@ -376,6 +397,7 @@ class _View:
                     unplaced.append((position, index))
         for position, index in unplaced:
             self.owners[position][index] = 0 if self.groups else -1
+        return not unplaced
 
     def unfolded(self, folded: Sequence[str]) -> list[int]:
         """The groups not folded yet. Folds take the oldest non-pinned groups, so every non-pinned
@@ -413,6 +435,117 @@ class _View:
             elif parts:
                 result.append(dataclasses.replace(message, parts=parts))
         return result
+
+    def rebuild_from(self, pinned: int, first: int) -> list[Any]:
+        """:meth:`rebuild` keeping the groups before ``pinned`` and from ``first`` on, in time
+        independent of the history's length: the messages after the one holding group ``first``
+        hold only later groups (owners never decrease past the first group)."""
+        start = self.group_message[first]
+        result = []
+        if pinned and start:
+            result.extend(self._kept_parts(0, lambda owner: 0 <= owner < pinned))
+        result.extend(self._kept_parts(start, lambda owner: owner >= first or 0 <= owner < pinned))
+        result.extend(self.messages[start + 1 :])
+        return result
+
+    def _kept_parts(self, position: int, keep: Callable[[int], bool]) -> list[Any]:
+        """Message ``position`` holding only the parts whose owner ``keep`` accepts (none: ``[]``)."""
+        message = self.messages[position]
+        parts = [part for part, owner in zip(message.parts, self.owners[position]) if keep(owner)]
+        if len(parts) == len(message.parts):
+            return [message]
+        return [dataclasses.replace(message, parts=parts)] if parts else []
+
+
+# -- the previous call, per conversation -----------------------------------------------------------
+
+
+class _Track:
+    """What a call left for the next one of its conversation: the history it was passed (extended
+    by later calls: the *virtual* history), its view, the history it returned, and the memory's
+    buffer it left, which is the view's pinned groups then its groups from ``first`` on. A next
+    call passed either history plus new messages takes apart and counts only those."""
+
+    _TAIL = 4  # the last messages whose parts lists are compared (pydantic-ai appends parts there)
+
+    def __init__(
+        self,
+        key: str,
+        ctx_key: Optional[str],
+        view: _View,
+        history: list[Any],
+        output: list[Any],
+        walked: int,
+    ) -> None:
+        self.key, self.ctx_key, self.view = key, ctx_key, view
+        self.history, self.output, self.walked = history, output, walked
+        self.pinned = next((i for i, group in enumerate(view.groups) if not group.pinned), len(view.groups))
+        self.first = self.pinned
+        self.summary = ""
+        self.size = 0  # len(memory.buffer) after the call
+        self.last: Optional[str] = None  # the id of the buffer's last message
+        self.parts = (self._tail(history), self._tail(output))
+
+    @classmethod
+    def _tail(cls, history: Sequence[Any]) -> list[Any]:
+        return [message.parts for message in history[-cls._TAIL :]]
+
+    def settle(self, summary: str, size: int, last: Optional[str], output: list[Any]) -> None:
+        """Record the call's outcome: the summary, the buffer, the history returned."""
+        self.summary, self.size, self.last, self.output = summary, size, last, list(output)
+        self.parts = (self._tail(self.history), self._tail(output))
+
+    def known(self, messages: list[Any]) -> Optional[int]:
+        """How many leading ``messages`` are the history this track was passed or returned (one
+        list comparison: identical objects compare at C speed; ``None``: neither is a prefix)."""
+        for known, parts in zip((self.output, self.history), self.parts):
+            size = len(known)
+            if (
+                size
+                and len(messages) >= size
+                and messages[0] is known[0]
+                and messages[:size] == known
+                and self._tail(messages[:size]) == parts
+            ):
+                return size
+        return None
+
+
+class _Tracks:
+    """A small thread-safe LRU of tracks; a call takes its conversation's track out while it runs."""
+
+    _SIZE = 64
+
+    def __init__(self) -> None:
+        self._tracks: dict[str, _Track] = {}
+        self._lock = threading.Lock()
+
+    def take(self, messages: list[Any], ctx_key: Optional[str]) -> Optional[tuple[_Track, int]]:
+        """The track ``messages`` continue, taken out, and how many of them it knows already."""
+        if not messages:
+            return None
+        with self._lock:
+            if ctx_key is not None:
+                candidates = [self._tracks[ctx_key]] if ctx_key in self._tracks else []
+            else:
+                candidates = list(self._tracks.values())
+            for track in candidates:
+                if track.ctx_key != ctx_key or (
+                    messages[0] is not track.history[0] and messages[0] is not track.output[0]
+                ):
+                    continue
+                known = track.known(messages)
+                if known is not None:
+                    del self._tracks[track.key]
+                    return track, known
+        return None
+
+    def put(self, track: _Track) -> None:
+        with self._lock:
+            self._tracks.pop(track.key, None)
+            self._tracks[track.key] = track
+            while len(self._tracks) > self._SIZE:
+                del self._tracks[next(iter(self._tracks))]
 
 
 # -- stored state ----------------------------------------------------------------------------------
@@ -531,6 +664,7 @@ class RollingHistory:
         self._store: Union[LogStore, AsyncLogStore, Store, AsyncStore] = store
         self._sessions = AsyncSessions(store, self._memory, max_retries=_MAX_RETRIES)
         self._converted = _Converted()
+        self._tracks = _Tracks()
 
     @property
     def store(self) -> Union[LogStore, AsyncLogStore, Store, AsyncStore]:
@@ -548,19 +682,40 @@ class RollingHistory:
         pai = _import()
         if not isinstance(messages, list):
             raise TypeError(f"messages: expected a list of ModelMessage, got {v.type_name(messages)}")
-        view = _View(pai, messages, self._converted)
         conversation_id = getattr(ctx, "conversation_id", None)
-        key = conversation_id if isinstance(conversation_id, str) and conversation_id else None
-        key = key or view.marker_key or view.origin_key()
+        ctx_key = conversation_id if isinstance(conversation_id, str) and conversation_id else None
+        taken = self._tracks.take(messages, ctx_key)
+        if taken is not None:
+            output = await self._continue(pai, taken[0], messages, taken[1])
+            if output is not None:
+                return output
+        view = _View(pai, messages, self._converted)
+        key = ctx_key or view.marker_key or view.origin_key()
         if key is None:  # no message to keep or fold: nothing to do
             return messages
         session_id = STATE_PREFIX + key
 
-        def step(memory: AsyncRollingMemory) -> Awaitable[tuple[str, set[str], bool]]:
+        def step(memory: AsyncRollingMemory) -> Awaitable[tuple[str, list[Optional[str]], bool]]:
             return _step(session_id, memory, view)
 
         result = await self._sessions.update(session_id, cast(Any, step))
-        summary, kept, changed = cast("tuple[str, set[str], bool]", result)
+        summary, ids, changed = cast("tuple[str, list[Optional[str]], bool]", result)
+        output = self._output(pai, view, messages, summary, set(ids), changed, key)
+        track = _Track(key, ctx_key, view, list(messages), output, len(view.messages))
+        if _settle_track(track, summary, ids, output):
+            self._tracks.put(track)
+        return output
+
+    def _output(
+        self,
+        pai: Any,
+        view: _View,
+        messages: list[Any],
+        summary: str,
+        kept: set[Optional[str]],
+        changed: bool,
+        key: str,
+    ) -> list[Any]:
         if not changed and view.summaries == ([summary] if summary else []):
             return _user_first(pai, messages)
         history = view.rebuild(
@@ -569,6 +724,46 @@ class RollingHistory:
         if summary:
             _insert_summary(pai, history, self._summary_part(pai, summary, key))
         return _user_first(pai, history)
+
+    async def _continue(
+        self, pai: Any, track: _Track, messages: list[Any], known: int
+    ) -> Optional[list[Any]]:
+        """The call on a history continuing ``track``'s: only the messages after the ``known``
+        ones are taken apart and counted. ``None`` when the full walk must decide instead (the
+        new messages hold our own parts, the stored state is not the one the track left, or the
+        virtual history grew to twice what was last walked, so walks stay amortised O(1))."""
+        view = track.view
+        new = messages[known:]
+        groups = len(view.groups)
+        if len(view.messages) + len(new) > 2 * track.walked + 64:
+            return None
+        if not view.extend(pai, new, known):
+            return None
+        track.history = track.history + new
+        session_id, pinned = STATE_PREFIX + track.key, track.pinned
+
+        def step(memory: AsyncRollingMemory) -> Awaitable[Any]:
+            return _continue_step(memory, track, groups)
+
+        outcome = await self._sessions.update(session_id, cast(Any, step))
+        if outcome is None:
+            return None
+        summary, size, last, ids = cast("tuple[str, int, Optional[str], Optional[list[Any]]]", outcome)
+        first = track.first + track.size + len(view.groups) - groups - size  # folds take the oldest
+        if ids is not None or first >= len(view.groups):  # not a run of the newest groups: as a walk does
+            kept = set(ids if ids is not None else view.prints[:pinned])
+            return self._output(pai, view, track.history, summary, kept, True, track.key)
+        if first == track.first and summary == track.summary:
+            output = track.output + new
+        else:
+            output = view.rebuild_from(pinned, first)
+            if summary:
+                _insert_summary(pai, output, self._summary_part(pai, summary, track.key))
+            output = _user_first(pai, output)
+        track.first = first
+        track.settle(summary, size, last, output)
+        self._tracks.put(track)
+        return output
 
     @staticmethod
     def _summary_part(pai: Any, summary: str, key: str) -> Any:
@@ -580,9 +775,11 @@ class RollingHistory:
         return pai.SystemPromptPart(summary, dynamic_ref=_SYSTEM_MARKER + key)
 
 
-async def _step(session_id: str, memory: AsyncRollingMemory, view: _View) -> tuple[str, set[str], bool]:
+async def _step(
+    session_id: str, memory: AsyncRollingMemory, view: _View
+) -> tuple[str, list[Optional[str]], bool]:
     """One processor call on the conversation's memory (re-run on the latest state when another
-    call saved first): returns the summary, the fingerprints of the groups kept, and whether
+    call saved first): returns the summary, the ids of the buffer (fingerprints), and whether
     anything but the memory's own buffer was passed (a fold, or groups not shown in full)."""
     if _is_legacy(memory):  # a pre-0.7 state: fold position by folded fingerprints
         summary, folded = _legacy_state(session_id, memory.summary)
@@ -600,9 +797,56 @@ async def _step(session_id: str, memory: AsyncRollingMemory, view: _View) -> tup
     groups = view.groups
     with memory.record() as changes:
         await memory.extend([replace(groups[index], id=view.prints[index]) for index in new])
-    kept = {message.id for message in memory.buffer if message.id is not None}
+    ids = [message.id for message in memory.buffer]
     folded_any = any(isinstance(change, (Folded, Dropped)) for change in changes)
-    return memory.summary, kept, folded_any or len(known) + len(new) != len(groups)
+    return memory.summary, ids, folded_any or len(known) + len(new) != len(groups)
+
+
+def _settle_track(track: _Track, summary: str, ids: list[Optional[str]], output: list[Any]) -> bool:
+    """Record a full walk's outcome in ``track``; ``False`` when the buffer is not the view's
+    pinned groups then a run of its newest groups (the next call walks in full again)."""
+    view, pinned = track.view, track.pinned
+    first = len(view.prints) - (len(ids) - pinned)
+    if (
+        not output
+        or first < pinned
+        or ids[:pinned] != view.prints[:pinned]
+        or ids[pinned:] != view.prints[first:]
+    ):
+        return False
+    track.first = first
+    track.settle(summary, len(ids), ids[-1] if ids else None, output)
+    return True
+
+
+async def _continue_step(
+    memory: AsyncRollingMemory, track: _Track, groups: int
+) -> Optional[tuple[str, int, Optional[str], Optional[list[Optional[str]]]]]:
+    """Add the view's groups from ``groups`` on to the memory the track left: the summary, the
+    buffer's size and last id, and its ids when it is not the pinned groups then the newest ones
+    (``None`` otherwise). ``None`` (nothing changed) when the memory is not the one the track left
+    (another writer moved it)."""
+    buffer = memory.buffer
+    view, pinned, first = track.view, track.pinned, track.first
+    expected = buffer[pinned].id == view.prints[first] if len(buffer) > pinned else first == groups
+    if (
+        _is_legacy(memory)
+        or memory.summary != track.summary
+        or len(buffer) != track.size
+        or (buffer[-1].id if buffer else None) != track.last
+        or not expected
+    ):
+        return None
+    await memory.extend([replace(view.groups[i], id=view.prints[i]) for i in range(groups, len(view.groups))])
+    buffer = memory.buffer
+    size, last = len(buffer), buffer[-1].id if buffer else None
+    first = first + track.size + len(view.groups) - groups - size
+    prints = view.prints
+    if last == (prints[-1] if prints else None) and (buffer[pinned].id if size > pinned else None) == (
+        prints[first] if first < len(prints) else None
+    ):
+        return memory.summary, size, last, None
+    return memory.summary, size, last, [message.id for message in buffer]  # unexpected: as a walk does
 
 
 def _without_ids(
