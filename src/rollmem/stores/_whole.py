@@ -13,11 +13,11 @@ costs the whole state.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from typing import Any, Optional, Union
 
+from .._threads import in_thread
 from ..errors import ConflictError, InvalidStateError
 from ._protocol import AsyncStore, Head, LogEntry, LogWrite, Store, StoredLog, StoredSession
 from .rules import Closing, apply_write, check_load, check_write, shown
@@ -145,7 +145,7 @@ class AsyncWholeStateLog(Closing):
     def _call(self, name: str, *args: Any) -> Any:
         if isinstance(self.store, AsyncStore):
             return getattr(self.store, "a" + name)(*args)
-        return asyncio.to_thread(getattr(self.store, name), *args)
+        return in_thread(getattr(self.store, name), *args)
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`WholeStateLog.load`."""
