@@ -8,13 +8,14 @@
   ``KeepAll`` for :class:`BufferMemory`);
 - the base :class:`_Memory` holds everything that needs no I/O: state (``summary``, ``buffer``),
   reads, ``stats()``, serialization (``to_dict``, :meth:`_Memory.from_dict`,
-  :meth:`_Memory.restore`) and the fold *flow*: :meth:`_Memory._begin_fold` asks the policy for a
-  plan, the driver calls ``summarize(summary, evicted)``, :meth:`_Memory._finish_fold` commits
-  (or :meth:`_Memory._fail_fold` leaves everything as it was);
-- the driver holds only the loop around that flow. :class:`_SyncMemory` (plain methods,
-  thread-safe, folds serialized by a thread lock) and :class:`_AsyncMemory` (coroutine methods,
-  folds serialized by an asyncio lock, optionally in a background task) differ in nothing else:
-  one calls the summarizer and the hook, the other awaits them when they return awaitables.
+  :meth:`_Memory.restore`) and the *flows*, generators written once that yield the calls to make
+  and receive their results: :meth:`_Memory._fold_flow` (plan, yield ``summarize(summary,
+  evicted)``, commit or leave everything as it was, yield ``on_evict(evicted)``), and the flows
+  of settling after an add, ``extend``, ``fold(keep_last)`` and ``replay``;
+- the driver only runs flows (``_drive``) and holds the fold lock. :class:`_SyncMemory` (plain
+  methods, thread-safe, folds serialized by a thread lock) and :class:`_AsyncMemory` (coroutine
+  methods, folds serialized by an asyncio lock, optionally in a background task) differ in
+  nothing else: one calls what a flow yields, the other also awaits what returns an awaitable.
 
 **Changes** are typed records (:mod:`rollmem.changes`): :meth:`_Memory.record` collects what a
 block of work changed, ``replay`` applies it to another memory (used by :mod:`rollmem.sessions`).
