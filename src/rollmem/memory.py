@@ -833,7 +833,8 @@ class _SyncMemory(_Memory):
         self._drive(self._extend_flow(messages))
 
     def _prune(self) -> None:
-        if self._needs_fold():
+        ledger = self._ledger
+        if ledger.dirty or self._policy.over(ledger):  # _needs_fold(), inlined: it runs on every add
             self._drive(self._settle_flow())
 
     def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
