@@ -8,13 +8,14 @@
   ``KeepAll`` for :class:`BufferMemory`);
 - the base :class:`_Memory` holds everything that needs no I/O: state (``summary``, ``buffer``),
   reads, ``stats()``, serialization (``to_dict``, :meth:`_Memory.from_dict`,
-  :meth:`_Memory.restore`) and the fold *flow*: :meth:`_Memory._begin_fold` asks the policy for a
-  plan, the driver calls ``summarize(summary, evicted)``, :meth:`_Memory._finish_fold` commits
-  (or :meth:`_Memory._fail_fold` leaves everything as it was);
-- the driver holds only the loop around that flow. :class:`_SyncMemory` (plain methods,
-  thread-safe, folds serialized by a thread lock) and :class:`_AsyncMemory` (coroutine methods,
-  folds serialized by an asyncio lock, optionally in a background task) differ in nothing else:
-  one calls the summarizer and the hook, the other awaits them when they return awaitables.
+  :meth:`_Memory.restore`) and the *flows*, generators written once that yield the calls to make
+  and receive their results: :meth:`_Memory._fold_flow` (plan, yield ``summarize(summary,
+  evicted)``, commit or leave everything as it was, yield ``on_evict(evicted)``), and the flows
+  of settling after an add, ``extend``, ``fold(keep_last)`` and ``replay``;
+- the driver only runs flows (``_drive``) and holds the fold lock. :class:`_SyncMemory` (plain
+  methods, thread-safe, folds serialized by a thread lock) and :class:`_AsyncMemory` (coroutine
+  methods, folds serialized by an asyncio lock, optionally in a background task) differ in
+  nothing else: one calls what a flow yields, the other also awaits what returns an awaitable.
 
 **Changes** are typed records (:mod:`rollmem.changes`): :meth:`_Memory.record` collects what a
 block of work changed, ``replay`` applies it to another memory (used by :mod:`rollmem.sessions`).
@@ -31,7 +32,7 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, overload
@@ -87,6 +88,7 @@ __all__ = [
 _READABLE_VERSIONS = (1, 2)
 
 _M = TypeVar("_M", bound="_Memory")
+_T = TypeVar("_T")
 PlanFn = Callable[[Ledger], Optional[Plan]]
 
 
@@ -149,8 +151,13 @@ class _PolicySetting:
             setattr(memory._policy, self.name, value)
 
 
+_ASYNC_TWINS: dict[type, type] = {}
+"""Each sync class -> the async class with the same policy (declared by the async class:
+``class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory)``)."""
+
+
 def _async_advice(cls: type) -> str:
-    twin = getattr(cls, "_async_twin", None)
+    twin = next((_ASYNC_TWINS[base] for base in cls.__mro__ if base in _ASYNC_TWINS), None)
     if twin is not None:
         return f"use {twin.__name__} for async callables"
     return f"{cls.__name__} calls it synchronously; pass a plain function (AsyncMemory takes coroutines)"
@@ -172,12 +179,33 @@ def _check_keep_last(keep_last: object) -> int:
     return v.check_int("keep_last", keep_last, 0)
 
 
+class _Call:
+    """A call a flow asks its driver to make: the sync driver calls it, the async driver also
+    awaits what it returns when that is awaitable. ``summary``: the result must be a summary
+    (the sync driver refuses an awaitable one)."""
+
+    __slots__ = ("args", "fn", "summary")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, summary: bool = False) -> None:
+        self.fn = fn
+        self.args = args
+        self.summary = summary
+
+
+_Flow = Generator[_Call, Any, _T]
+"""An operation written once: it yields the calls to make and receives their results (or has
+their exceptions thrown in); :meth:`_SyncMemory._drive` and :meth:`_AsyncMemory._drive` run it."""
+
+
 class _Memory:
     """State, reads, serialization and the fold flow shared by every memory class; the eviction
     rule is the ``policy`` given to the constructor."""
 
-    _async_twin: ClassVar[Optional[type[_Memory]]] = None
-    """The async class with the same policy, named when a coroutine is passed to a sync class."""
+    _sync_callbacks: ClassVar[bool] = False
+    """Declared by the driver: ``True`` when it calls ``summarize_fn`` and ``on_evict`` without
+    awaiting them (coroutine functions are then refused, with advice naming the async twin)."""
+    _folds_on_request: ClassVar[bool] = False
+    """Declared by the classes with a public ``fold()``: ``replay`` redoes explicit folds."""
 
     def __init__(
         self,
@@ -185,6 +213,9 @@ class _Memory:
         summarize_fn: Optional[Callable[..., Any]] = None,
         on_evict: Optional[EvictHook] = None,
     ) -> None:
+        if self._sync_callbacks:
+            v.check_not_coroutine("summarize_fn", summarize_fn, _async_advice(type(self)))
+            v.check_not_coroutine("on_evict", on_evict, _async_advice(type(self)))
         if not isinstance(policy, Policy):
             raise v.type_error("policy", "a rollmem.policies.Policy", policy)
         v.check_callable("summarize_fn", summarize_fn, optional=True)
@@ -267,8 +298,7 @@ class _Memory:
         return cost
 
     def _bad_cost(self, cost: object, where: str) -> Exception:
-        policy = self._policy
-        source = "token_counter" if isinstance(policy, TokenBudget) else f"{type(policy).__name__}.cost"
+        source = self._policy.cost_source
         if not v.is_int(cost):
             return TypeError(f"{source} returned {v.type_name(cost)} for {where}; expected int")
         return ValueError(f"{source} returned {cost} for {where}; expected a non-negative int")
@@ -407,6 +437,60 @@ class _Memory:
                 self._record_fold(fold, before, new_summary)
         return removed
 
+    def _fold_flow(self, plan_fn: PlanFn, keep_last: Optional[int]) -> _Flow[Optional[int]]:
+        """One fold: plan, ``summarize(summary, evicted)``, commit, ``on_evict(evicted)``. The
+        driver runs it holding its fold lock (:meth:`_run`); a failed or cancelled summarizer
+        call leaves everything as it was and propagates. Returns what :meth:`_finish_fold` does."""
+        fold = self._begin_fold(plan_fn, keep_last)
+        if fold is None:
+            return 0
+        summarize = self._summarize_fn
+        new_summary: object = fold.summary
+        if summarize is not None:
+            try:
+                # a fresh list: a callback that changes what it is given cannot reach the ledger
+                new_summary = yield _Call(summarize, fold.summary, list(fold.plan.messages), summary=True)
+            except BaseException as exc:
+                self._fail_fold(fold, exc)
+                raise
+        count = self._finish_fold(fold, new_summary)
+        if count and self._on_evict is not None:
+            yield _Call(self._on_evict, list(fold.plan.messages))
+        return count
+
+    def _settle_flow(self) -> _Flow[None]:
+        """Fold until the policy is satisfied (a fold discarded by a change made meanwhile is
+        planned again; one that finds nothing to cut ends it)."""
+        while self._needs_fold():
+            if (yield _Call(self._run, self._policy.plan)) == 0:
+                return
+
+    def _fold_keeping_flow(self, keep_last: object) -> _Flow[int]:
+        """``fold(keep_last)``: fold all but the newest ``keep_last``; records a fold of nothing
+        when nothing left."""
+        keep = _check_keep_last(keep_last)
+        count = yield _Call(self._run, lambda ledger: ledger.plan_keep_last(keep), keep)
+        if not count:
+            with self._lock:
+                self._record(self._fold_record(self._summary, (), (), keep))
+        return count or 0
+
+    def _extend_flow(self, messages: Iterable[Message]) -> _Flow[None]:
+        """``extend(messages)``: append them all (or none), then evict once."""
+        batch = self._check_batch(messages)
+        if batch:
+            self._append(batch)
+            yield _Call(self._prune)
+
+    def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Any:
+        """The driver runs :meth:`_fold_flow` under its fold lock: ``0`` when called back from
+        inside its own fold (that fold goes on), else what the flow returns."""
+        raise NotImplementedError
+
+    def _prune(self) -> Any:
+        """The driver evicts what the policy says after an add (:meth:`_settle_flow`)."""
+        raise NotImplementedError
+
     # -- reads ------------------------------------------------------------------------------
 
     def get_messages(self) -> list[Message]:
@@ -524,19 +608,19 @@ class _Memory:
         finally:
             self._close_recording(changes)
 
-    def _replay_steps(self, changes: Iterable[Change]) -> Iterator[tuple[str, Any]]:
-        """The replay flow: applies the plain changes itself and yields the ``(method, argument)``
-        calls the driver makes (``extend``, ``fold``), awaited or not."""
+    def _replay_flow(self, changes: Iterable[Change]) -> _Flow[None]:
+        """The replay flow: applies the plain changes itself and runs the flows of ``extend`` and
+        (on the classes with a public ``fold()``) of ``fold`` for the adds and explicit folds."""
         batch = list(changes)
         for index, change in enumerate(batch):
             if not isinstance(change, _CHANGE_TYPES):
                 raise v.type_error(f"changes[{index}]", "a rollmem.changes record", change)
         for change in batch:
             if isinstance(change, Appended):
-                yield "extend", change.messages
+                yield from self._extend_flow(change.messages)
             elif isinstance(change, (Folded, Dropped)):
-                if change.keep_last is not None and hasattr(self, "fold"):
-                    yield "fold", change.keep_last  # an automatic fold is left to the policy
+                if change.keep_last is not None and self._folds_on_request:
+                    yield from self._fold_keeping_flow(change.keep_last)  # automatic folds: the policy's
             elif isinstance(change, Cleared):
                 self.clear()
             elif isinstance(change, (Pinned, Unpinned)):
@@ -560,7 +644,7 @@ class _Memory:
     @on_evict.setter
     def on_evict(self, hook: Optional[EvictHook]) -> None:
         v.check_callable("on_evict", hook, optional=True)
-        if isinstance(self, _SyncMemory):
+        if self._sync_callbacks:
             v.check_not_coroutine("on_evict", hook, _async_advice(type(self)))
         self._on_evict = hook
 
@@ -649,16 +733,33 @@ class _SyncMemory(_Memory):
     """The sync driver: plain methods; thread-safe. Folds are serialized and run outside the
     state lock; ``summarize_fn`` and ``on_evict`` must be plain functions."""
 
+    _sync_callbacks = True
+
     def __init__(
         self,
         policy: Policy,
         summarize_fn: Optional[SummarizeFn] = None,
         on_evict: Optional[EvictHook] = None,
     ) -> None:
-        v.check_not_coroutine("summarize_fn", summarize_fn, _async_advice(type(self)))
-        v.check_not_coroutine("on_evict", on_evict, _async_advice(type(self)))
         super().__init__(policy, summarize_fn, on_evict)
         self._fold_lock = threading.RLock()
+
+    def _drive(self, flow: _Flow[_T]) -> _T:
+        """Run ``flow``, making each call it yields; a summarizer that returns an awaitable fails."""
+        try:
+            call = next(flow)
+            while True:
+                try:
+                    result = call.fn(*call.args)
+                    if call.summary and type(result) is not str and inspect.isawaitable(result):
+                        raise _awaitable_result(result, type(self))
+                except BaseException as exc:
+                    call = flow.throw(exc)
+                else:
+                    call = flow.send(result)
+        except StopIteration as stop:
+            done: _T = stop.value
+            return done
 
     def add_message(
         self,
@@ -729,46 +830,24 @@ class _SyncMemory(_Memory):
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
-        batch = self._check_batch(messages)
-        if batch:
-            self._append(batch)
-            self._prune()
+        self._drive(self._extend_flow(messages))
 
     def _prune(self) -> None:
         ledger = self._ledger
-        policy = self._policy
-        while (ledger.dirty or policy.over(ledger)) and self._run(policy.plan) != 0:
-            pass  # a fold discarded (None) by a change made meanwhile is planned again
+        if ledger.dirty or self._policy.over(ledger):  # _needs_fold(), inlined: it runs on every add
+            self._drive(self._settle_flow())
 
     def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
         with self._fold_lock:
             if self._ledger.in_flight:
                 return 0  # called back from inside this thread's own fold: leave it to that fold
-            fold = self._begin_fold(plan_fn, keep_last)
-            if fold is None:
-                return 0
-            summarize = self._summarize_fn
-            new_summary: object = fold.summary
-            if summarize is not None:
-                try:
-                    # a fresh list: a callback that changes what it is given cannot reach the ledger
-                    new_summary = summarize(fold.summary, list(fold.plan.messages))
-                    if type(new_summary) is not str and inspect.isawaitable(new_summary):
-                        raise _awaitable_result(new_summary, type(self))
-                except BaseException as exc:
-                    self._fail_fold(fold, exc)
-                    raise
-            count = self._finish_fold(fold, new_summary)
-            if count and self._on_evict is not None:
-                self._on_evict(list(fold.plan.messages))
-            return count
+            return self._drive(self._fold_flow(plan_fn, keep_last))
 
     def replay(self, changes: Iterable[Change]) -> None:
         """Apply recorded changes (see :mod:`rollmem.changes`) through this memory's methods: the
         appended messages are added and this memory's policy evicts as it would have. A
         non-record raises ``TypeError`` before anything changes."""
-        for method, argument in self._replay_steps(changes):
-            getattr(self, method)(argument)
+        self._drive(self._replay_flow(changes))
 
 
 class _NoLock:
@@ -788,6 +867,13 @@ class _AsyncMemory(_Memory):
     """The async driver: coroutine methods; safe for many tasks on one loop. Folds are
     serialized; ``summarize_fn`` and ``on_evict`` may be plain or coroutine functions."""
 
+    def __init_subclass__(cls, twin_of: Optional[type[_Memory]] = None, **kwargs: Any) -> None:
+        """``class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory)``: the sync class whose
+        refusal of a coroutine function names this class."""
+        super().__init_subclass__(**kwargs)
+        if twin_of is not None:
+            _ASYNC_TWINS[twin_of] = cls
+
     def __init__(
         self,
         policy: Policy,
@@ -802,6 +888,23 @@ class _AsyncMemory(_Memory):
         self._fold_owner: Optional[asyncio.Task[Any]] = None
         self._task: Optional[asyncio.Task[None]] = None
         self._again = False  # an add found a background fold in flight
+
+    async def _drive(self, flow: _Flow[_T]) -> _T:
+        """Run ``flow``, making each call it yields and awaiting what returns an awaitable."""
+        try:
+            call = next(flow)
+            while True:
+                try:
+                    result = call.fn(*call.args)
+                    if inspect.isawaitable(result):
+                        result = await result
+                except BaseException as exc:
+                    call = flow.throw(exc)
+                else:
+                    call = flow.send(result)
+        except StopIteration as stop:
+            done: _T = stop.value
+            return done
 
     async def add_message(
         self,
@@ -873,20 +976,7 @@ class _AsyncMemory(_Memory):
 
     async def extend(self, messages: Iterable[Message]) -> None:
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
-        batch = self._check_batch(messages)
-        if batch:
-            self._append(batch)
-            await self._prune()
-
-    async def fold(self, keep_last: int = 0) -> int:
-        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
-        one summarizer call. Returns how many messages left the buffer."""
-        keep = _check_keep_last(keep_last)
-        count = await self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
-        if not count:
-            with self._lock:
-                self._record(self._fold_record(self._summary, (), (), keep))
-        return count or 0
+        await self._drive(self._extend_flow(messages))
 
     @property
     def background(self) -> bool:
@@ -921,8 +1011,7 @@ class _AsyncMemory(_Memory):
             self._again = True  # if the fold in flight fails, this add gets an attempt of its own
 
     async def _fold_until_settled(self) -> None:
-        while self._needs_fold() and await self._run(self._policy.plan) != 0:
-            pass  # a fold discarded by a change made meanwhile is planned again
+        await self._drive(self._settle_flow())
 
     async def _fold_in_background(self) -> None:
         again = True
@@ -949,32 +1038,13 @@ class _AsyncMemory(_Memory):
         async with _NO_LOCK if reentered else self._lock_for_loop():  # this task holds the lock already
             owner, self._fold_owner = self._fold_owner, task
             try:
-                fold = self._begin_fold(plan_fn, keep_last)
-                if fold is None:
-                    return 0
-                summarize = self._summarize_fn
-                new_summary: object = fold.summary
-                if summarize is not None:
-                    try:
-                        new_summary = summarize(fold.summary, list(fold.plan.messages))
-                        if inspect.isawaitable(new_summary):
-                            new_summary = await new_summary
-                    except BaseException as exc:
-                        self._fail_fold(fold, exc)
-                        raise
-                count = self._finish_fold(fold, new_summary)
-                if count and self._on_evict is not None:
-                    outcome = self._on_evict(list(fold.plan.messages))
-                    if inspect.isawaitable(outcome):
-                        await outcome
-                return count
+                return await self._drive(self._fold_flow(plan_fn, keep_last))
             finally:
                 self._fold_owner = owner
 
     async def replay(self, changes: Iterable[Change]) -> None:
         """Apply recorded changes, as :meth:`Memory.replay` does, awaiting the adds and folds."""
-        for method, argument in self._replay_steps(changes):
-            await getattr(self, method)(argument)
+        await self._drive(self._replay_flow(changes))
 
 
 class Memory(_SyncMemory):
@@ -992,18 +1062,15 @@ class Memory(_SyncMemory):
     ) -> None:
         super().__init__(policy, summarize_fn, on_evict)
 
+    _folds_on_request = True
+
     def fold(self, keep_last: int = 0) -> int:
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
-        keep = _check_keep_last(keep_last)
-        count = self._run(lambda ledger: ledger.plan_keep_last(keep), keep)
-        if not count:
-            with self._lock:
-                self._record(self._fold_record(self._summary, (), (), keep))
-        return count or 0
+        return self._drive(self._fold_keeping_flow(keep_last))
 
 
-class AsyncMemory(_AsyncMemory):
+class AsyncMemory(_AsyncMemory, twin_of=Memory):
     """:class:`Memory` for async code: the base of the async classes. The ``add_*`` methods,
     ``extend`` and ``fold`` are coroutines and ``summarize_fn``/``on_evict`` may be async. With
     ``background=True`` an add returns once the message is appended and the fold runs as a task
@@ -1019,8 +1086,12 @@ class AsyncMemory(_AsyncMemory):
     ) -> None:
         super().__init__(policy, summarize_fn, on_evict, background)
 
+    _folds_on_request = True
 
-Memory._async_twin = AsyncMemory
+    async def fold(self, keep_last: int = 0) -> int:
+        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
+        one summarizer call (awaited when async). Returns how many messages left the buffer."""
+        return await self._drive(self._fold_keeping_flow(keep_last))
 
 
 # -- the public classes: a policy and a driver each ---------------------------------------------
@@ -1075,7 +1146,7 @@ class RollingMemory(Memory):
         )
 
 
-class AsyncRollingMemory(AsyncMemory):
+class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory):
     """:class:`RollingMemory` for async code: the ``add_*`` methods, ``extend`` and ``fold`` are
     coroutines and ``summarize_fn`` may be async. With ``background=True`` an add returns once the
     message is appended and the fold runs as a task (see :meth:`flush`); meanwhile the context may
@@ -1151,7 +1222,7 @@ class SummaryMemory(Memory):
         super().__init__(FoldAll(), summarize_fn, on_evict=on_evict)
 
 
-class AsyncSummaryMemory(AsyncMemory):
+class AsyncSummaryMemory(AsyncMemory, twin_of=SummaryMemory):
     """:class:`SummaryMemory` for async code, with the concurrency guarantees of
     :class:`AsyncRollingMemory`."""
 
@@ -1164,7 +1235,3 @@ class AsyncSummaryMemory(AsyncMemory):
     ) -> None:
         _check_summarizer(summarize_fn)
         super().__init__(FoldAll(), summarize_fn, on_evict=on_evict, background=background)
-
-
-RollingMemory._async_twin = AsyncRollingMemory
-SummaryMemory._async_twin = AsyncSummaryMemory

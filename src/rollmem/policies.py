@@ -111,6 +111,12 @@ class Policy:
         """``(max_tokens, target_tokens)`` as ``stats()`` reports them (``None`` when not tokens)."""
         return None, None
 
+    @property
+    def cost_source(self) -> str:
+        """What an error names when :meth:`cost` returns a bad value: ``"<class name>.cost"``
+        (``"token_counter"`` for :class:`TokenBudget`, whose costs come from its counter)."""
+        return f"{type(self).__name__}.cost"
+
     def settings(self) -> dict[str, object]:
         """The policy's settings by name, as its ``repr`` and its memory's ``repr`` show them."""
         return {}
@@ -185,6 +191,10 @@ class TokenBudget(Policy):
 
     def limits(self) -> tuple[Optional[int], Optional[int]]:
         return self._max, min(self._target, self._max)
+
+    @property
+    def cost_source(self) -> str:
+        return "token_counter"
 
     def settings(self) -> dict[str, object]:
         return {"max_tokens": self._max, "target_tokens": min(self._target, self._max)}

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
 
 from . import _validate as v
+from ._threads import in_thread
 from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
 from .changes import (
     Appended,
@@ -623,22 +624,22 @@ class _ThreadedLog:
         self._store = store
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        return await asyncio.to_thread(self._store.load, session_id, since)
+        return await in_thread(self._store.load, session_id, since)
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        return await asyncio.to_thread(self._store.write, session_id, change)
+        return await in_thread(self._store.write, session_id, change)
 
     async def adelete(self, session_id: str) -> bool:
-        return await asyncio.to_thread(self._store.delete, session_id)
+        return await in_thread(self._store.delete, session_id)
 
     async def aids(self, prefix: str = "") -> list[str]:
-        return await asyncio.to_thread(self._store.ids, prefix)
+        return await in_thread(self._store.ids, prefix)
 
     async def apurge_expired(self) -> int:
-        return await asyncio.to_thread(self._store.purge_expired)
+        return await in_thread(self._store.purge_expired)
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self._store.close)
+        await in_thread(self._store.close)
 
 
 def _async_log(store: object) -> AsyncLogStore:

@@ -13,10 +13,10 @@ costs the whole state.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any, Optional, Union
 
+from .._threads import in_thread
 from ..errors import ConflictError
 from ._legacy import read_state, write_whole
 from ._protocol import AsyncStore, Head, LogEntry, LogWrite, Store, StoredLog, StoredSession
@@ -121,7 +121,7 @@ class AsyncWholeStateLog(Closing):
     def _call(self, name: str, *args: Any) -> Any:
         if isinstance(self.store, AsyncStore):
             return getattr(self.store, "a" + name)(*args)
-        return asyncio.to_thread(getattr(self.store, name), *args)
+        return in_thread(getattr(self.store, name), *args)
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`WholeStateLog.load`."""

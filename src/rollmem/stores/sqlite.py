@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import threading
@@ -14,6 +13,7 @@ from itertools import repeat
 from typing import Optional, Union
 
 from .. import _validate as v
+from .._threads import in_thread
 from ..errors import InvalidStateError, StoreUnavailableError
 from ._legacy import described, read_state, write_whole
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
@@ -504,27 +504,27 @@ class SQLiteStore(Closing):
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        return await asyncio.to_thread(self.load, session_id, since)
+        return await in_thread(self.load, session_id, since)
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head:
         """Async twin of :meth:`write`."""
-        return await asyncio.to_thread(self.write, session_id, change)
+        return await in_thread(self.write, session_id, change)
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
-        return await asyncio.to_thread(self.delete, session_id)
+        return await in_thread(self.delete, session_id)
 
     async def aids(self, prefix: str = "") -> list[str]:
         """Async twin of :meth:`ids`."""
-        return await asyncio.to_thread(self.ids, prefix)
+        return await in_thread(self.ids, prefix)
 
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`purge_expired`."""
-        return await asyncio.to_thread(self.purge_expired)
+        return await in_thread(self.purge_expired)
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
-        await asyncio.to_thread(self.close)
+        await in_thread(self.close)
 
 
 def _newer(version: object) -> bool:
