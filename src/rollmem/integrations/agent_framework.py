@@ -300,6 +300,10 @@ class RollingCompaction:
     they were. A state from another conversation, or a history that no longer holds the last
     folded message, raises :class:`~rollmem.errors.InvalidStateError` rather than summarizing
     or dropping anything twice.
+
+    Between calls the memory is kept (the newest 256 conversations, named by the state's
+    ``live`` token), so a call converts and counts only the messages added since the last one;
+    a state it does not match rebuilds it once.
     """
 
     after_run_once_per_turn = False

@@ -356,6 +356,12 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
     edited session), contents are matched against the fingerprints of the newest 256 folded
     ones: a content identical to one of those is taken as folded.
 
+    Cost: the plugin keeps each session's memory between model calls (the newest 256 session and
+    agent pairs); a request that is the previous one plus contents at the end (the state as the
+    plugin wrote it, the last content seen, the one before the fold position and the pinned ones
+    where they were) has only its new contents converted, fingerprinted and counted. Anything else
+    rebuilds the memory from the state once.
+
     Failures: if ``summarize_fn`` raises, ADK's plugin manager raises a ``RuntimeError`` from it
     out of ``run_async``; the state is unchanged and the next run folds again. The state rides
     on the model response event: if the model call itself fails, that fold is not saved and the
