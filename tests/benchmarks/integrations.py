@@ -12,6 +12,12 @@ the previous one (an answer and a question):
 - ``openai-agents``: ``RollingSession.add_items(...)`` (timed) after ``get_items()`` (not timed:
   it returns every buffered item, as the SDK's session protocol asks, so it is O(buffer) by
   contract).
+- ``google-adk``: ``RollingMemoryPlugin.before_model_callback`` with ADK's ``CallbackContext`` on
+  an in-memory session and an ``LlmRequest`` of fresh copies of every content (ADK builds one per
+  request: not timed);
+- ``agent-framework``: ``await RollingCompaction(...)(messages)`` on a fresh list of the whole
+  history's messages (what a history provider loading everything hands over);
+- ``strands``: ``RollingConversationManager.apply_management(agent)`` on a real ``Agent``.
 
 The budget holds about N messages (8 words each, ``words`` counter with an identity, wrapped to
 count its calls), ``target_tokens`` equal to the budget, so once full every call folds: the worst
@@ -48,7 +54,8 @@ TIME_RATIO = 3.0
 
 
 def text(n: int) -> str:
-    return " ".join(f"w{(n + i) % 97}" for i in range(WORDS_PER_MESSAGE))
+    """Eight words, the first unique (ADK and Agent Framework recognise contents by what they say)."""
+    return " ".join([f"m{n}", *(f"w{(n + i) % 97}" for i in range(1, WORDS_PER_MESSAGE))])
 
 
 def summarize(summary: str, evicted: Any) -> str:
@@ -160,7 +167,130 @@ class AgentsRun(Run):
         return time.perf_counter_ns() - start
 
 
-def measure_sync(run: LangChainRun, calls: int) -> tuple[float, float]:
+class AdkRun(Run):
+    """The plugin's ``before_model_callback`` with ADK's own ``CallbackContext`` on an in-memory
+    session and an ``LlmRequest`` holding a fresh shallow copy of every content, as ADK builds one
+    per request (the copies are not timed); the state the callback writes lands in the session."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        from google.adk.agents import LlmAgent
+        from google.adk.agents.callback_context import CallbackContext
+        from google.adk.agents.invocation_context import InvocationContext
+        from google.adk.models.llm_request import LlmRequest
+        from google.adk.sessions import InMemorySessionService, Session
+        from google.genai import types
+
+        from rollmem.integrations.google_adk import RollingMemoryPlugin
+
+        self.types, self.request_type, self.context_type = types, LlmRequest, CallbackContext
+        self.plugin = RollingMemoryPlugin(self.budget, summarize, self.counter, target_tokens=self.budget)
+        agent = LlmAgent(name="bench", model="gemini-2.5-flash")  # never called
+        session = Session(id="bench", app_name="bench", user_id="bench")
+        self.context = InvocationContext(
+            session_service=InMemorySessionService(), invocation_id="bench", agent=agent, session=session
+        )
+        self.history: list[Any] = []
+        for i in range(size):
+            self.add(i % 2 == 1)
+
+    def add(self, answer: bool) -> None:
+        part = self.types.Part(text=self.next_text())
+        self.history.append(self.types.Content(role="model" if answer else "user", parts=[part]))
+
+    async def step(self) -> int:
+        request = self.request_type(contents=[content.model_copy() for content in self.history])
+        context = self.context_type(self.context)
+        start = time.perf_counter_ns()
+        await self.plugin.before_model_callback(callback_context=context, llm_request=request)
+        return time.perf_counter_ns() - start
+
+    async def start(self) -> None:
+        await self.step()
+
+    async def acall(self) -> int:
+        self.add(True)
+        self.add(False)
+        return await self.step()
+
+
+class AgentFrameworkRun(Run):
+    """``await RollingCompaction(...)(messages)`` on a fresh list of the whole history's
+    ``agent_framework.Message`` objects (what a history provider loading everything hands over)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        import agent_framework as af
+
+        from rollmem.integrations.agent_framework import RollingCompaction
+
+        self.message = af.Message
+        self.strategy = RollingCompaction(self.budget, summarize, self.counter, target_tokens=self.budget)
+        self.history: list[Any] = []
+        for i in range(size):
+            self.add(i % 2 == 1)
+
+    def add(self, answer: bool) -> None:
+        self.history.append(self.message("assistant" if answer else "user", [self.next_text()]))
+
+    async def start(self) -> None:
+        await self.strategy(list(self.history))
+
+    async def acall(self) -> int:
+        self.add(True)
+        self.add(False)
+        messages = list(self.history)
+        start = time.perf_counter_ns()
+        await self.strategy(messages)
+        return time.perf_counter_ns() - start
+
+
+class StrandsRun(Run):
+    """``RollingConversationManager.apply_management(agent)`` on a real Strands ``Agent`` (with a
+    model that is never called), two messages appended to ``agent.messages`` per call."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        from strands import Agent
+        from strands.models.model import Model
+
+        from rollmem.integrations.strands import RollingConversationManager
+
+        class Unused(Model):  # type: ignore[misc]
+            def update_config(self, **config: Any) -> None:
+                pass
+
+            def get_config(self) -> Any:
+                return {}
+
+            async def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+                raise NotImplementedError
+
+            async def stream(self, *args: Any, **kwargs: Any) -> Any:
+                raise NotImplementedError
+                yield  # pragma: no cover
+
+        self.manager = RollingConversationManager(
+            self.budget, summarize, self.counter, target_tokens=self.budget
+        )
+        self.agent = Agent(model=Unused(), callback_handler=None, conversation_manager=self.manager)
+        for i in range(size):
+            self.add(i % 2 == 1)
+        self.manager.apply_management(self.agent)
+
+    def add(self, answer: bool) -> None:
+        role = "assistant" if answer else "user"
+        self.agent.messages.append({"role": role, "content": [{"text": self.next_text()}]})
+
+    def call(self) -> int:
+        self.add(True)
+        self.add(False)
+        start = time.perf_counter_ns()
+        self.manager.apply_management(self.agent)
+        return time.perf_counter_ns() - start
+
+
+def measure_sync(run: Any, calls: int) -> tuple[float, float]:
     before = run.counter.calls
     times = [run.call() for _ in range(calls)]
     return (run.counter.calls - before) / calls, statistics.median(times) / 1000
@@ -214,6 +344,9 @@ def main() -> int:
     failures += bench("langchain", LangChainRun, measure_sync, calls)
     failures += bench("pydantic-ai", PydanticAIRun, measure_async, calls)
     failures += bench("openai-agents", AgentsRun, measure_async, calls)
+    failures += bench("google-adk", AdkRun, measure_async, calls)
+    failures += bench("agent-framework", AgentFrameworkRun, measure_async, calls)
+    failures += bench("strands", StrandsRun, measure_sync, calls)
     deterministic = [f for f in failures if f.endswith("counter calls")]
     fatal = deterministic if args.quick else failures
     print("integrations:", "FAIL " + ", ".join(failures) if failures else "PASS")

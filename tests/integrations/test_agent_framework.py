@@ -30,6 +30,7 @@ from agent_framework import (  # noqa: E402
 from rollmem import cached_target  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
+from rollmem.integrations import agent_framework as agent_framework_module  # noqa: E402
 from rollmem.integrations.agent_framework import (  # noqa: E402
     DEFAULT_MAX_TOKENS,
     SUMMARY_MARKER,
@@ -294,6 +295,39 @@ async def test_without_the_provider_the_state_is_the_objects_and_refuses_another
     assert rolling.state()["folded"] > 0
     with pytest.raises(InvalidStateError, match=r"^state\.anchor: the messages hold neither the last"):
         await agent.run("another conversation", session=agent.create_session())
+
+
+async def test_a_model_call_converts_and_counts_only_the_new_messages(
+    recorder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each run converts (and counts) only the messages added since the previous model call, however
+    long the session: the memory of the last call is reused across model calls and runs of the
+    session, so a call does O(new messages) work, not O(buffer)."""
+    converted = [0]
+    convert = agent_framework_module._convert
+
+    def counted(message: Any) -> list[RMessage]:
+        converted[0] += 1
+        return convert(message)
+
+    monkeypatch.setattr(agent_framework_module, "_convert", counted)
+    counter = CountingWords()
+    rolling = RollingCompaction(120, recorder, counter)
+    client = ScriptedClient(rounds=2)
+    agent = make_agent(rolling, client, InMemoryHistoryProvider())
+    session = agent.create_session()
+    per_run: list[tuple[int, int]] = []
+    for turn in range(40):
+        stored_before = len(history(session)) if turn else 0
+        converted[0], counted_before = 0, counter.calls
+        await agent.run(f"question {turn}: what about {CITIES[turn % len(CITIES)]} today?", session=session)
+        per_run.append((converted[0], len(history(session)) - stored_before))
+        assert counter.calls - counted_before <= 2 * converted[0]  # a message holds at most 2 results
+    assert recorder.folded
+    assert len(history(session)) > 100
+    # Each run converts the messages added since the previous run's last model call: the previous
+    # answer, the question and the tool rounds (the run's own answer comes after its last call).
+    assert all(count == added for count, added in per_run[1:])
 
 
 async def test_the_strategy_called_directly_keeps_units_whole(recorder: Any) -> None:

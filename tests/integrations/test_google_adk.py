@@ -36,6 +36,7 @@ from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, Summar
 from rollmem import Message, cached_target
 from rollmem.adapters import CONTINUATION_TEXT
 from rollmem.errors import InvalidStateError
+from rollmem.integrations import google_adk
 from rollmem.integrations.google_adk import STATE_PREFIX, RollingMemoryPlugin, summary_instruction
 
 # ADK 2.0 announces its experimental features once per process (2.13 no longer does).
@@ -303,6 +304,35 @@ def test_real_process_restarts(tmp_path: Path) -> None:
     assert len(folded) > len(everything) // 2
     assert folded == everything[: len(folded)]
     assert len(counted) == len(set(counted)) == len(everything) - 1
+
+
+async def test_a_model_call_converts_and_counts_only_the_new_contents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per model call, the contents fingerprinted (each converted one is, plus a few checks) and
+    the counter calls stay the same whether the session holds 20 or 60 turns (folds start around
+    turn 17): a call does O(new contents) work, not O(buffer)."""
+    prints: list[int] = []
+    fingerprint = google_adk._fingerprint
+
+    def counted(content: types.Content) -> str:
+        prints[-1] += 1
+        return fingerprint(content)
+
+    monkeypatch.setattr(google_adk, "_fingerprint", counted)
+    counter = CountingCounter()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(120, RecordingSummarizer(), counter))
+    await chat.start()
+    per_call: list[tuple[int, int]] = []
+    for turn in range(60):
+        prints.append(0)
+        counted_before = len(counter.texts)
+        await chat.send(f"question {turn} about the trip", (), f"answer {turn}")
+        per_call.append((prints[-1], len(counter.texts) - counted_before))
+    assert len(chat.received[-1].contents) > 20  # the buffer holds many turns
+    early, late = per_call[20:30], per_call[50:60]
+    assert {calls for _, calls in late} == {calls for _, calls in early} == {2}
+    assert max(n for n, _ in late) <= max(n for n, _ in early) <= 6
 
 
 async def test_an_async_summarizer_and_the_words_default(tmp_path: Path) -> None:

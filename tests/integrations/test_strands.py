@@ -20,6 +20,7 @@ from strands.types.exceptions import ContextWindowOverflowException, EventLoopEx
 from rollmem import Message, cached_target  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
+from rollmem.integrations import strands as strands_module  # noqa: E402
 from rollmem.integrations.strands import (  # noqa: E402
     DEFAULT_MAX_TOKENS,
     STATE_KEY,
@@ -215,6 +216,37 @@ def test_a_long_tool_calling_conversation() -> None:
     stored = [m for m in added if m["tracking_id"] in {message.id for message in manager.memory.buffer}]
     tail = agent.messages[1:]
     assert tail == stored[len(stored) - len(tail) :]
+
+
+def test_a_model_call_converts_and_counts_only_the_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each model call converts (and counts) only the messages added since the previous one,
+    however long the conversation: O(new messages) work per call, not O(buffer)."""
+    converted = [0]
+    unit_message = strands_module._unit_message
+
+    def counted(message: Any, path: str) -> Message:
+        converted[0] += 1
+        return unit_message(message, path)
+
+    monkeypatch.setattr(strands_module, "_unit_message", counted)
+    counter = Counter()
+    manager = RollingConversationManager(150, Recorder(), counter)
+    model = ScriptedModel()
+    agent = make_agent(manager, model)
+    seen = 0  # messages of the conversation counted so far
+    per_call: list[tuple[int, int, int]] = []
+    for turn in range(40):
+        before = (len(model.requests), converted[0], counter.calls)
+        agent(f"question {turn} about x{turn}")
+        calls = len(model.requests) - before[0]
+        per_call.append((calls, converted[0] - before[1], counter.calls - before[2]))
+        seen = manager.removed_message_count + len(manager.memory.buffer)
+    assert manager.removed_message_count > 100
+    # Over a turn, the messages converted and counted are the turn's own (the question, each tool
+    # round's call and results, the answer), the same early and late.
+    for calls, count, counted_calls in per_call:
+        assert count == counted_calls == 2 * calls
+    assert seen == sum(count for _, count, _ in per_call)
 
 
 def test_parallel_results_stay_with_their_calls_for_the_summarizer() -> None:

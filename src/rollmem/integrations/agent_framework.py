@@ -40,7 +40,9 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
+import threading
 import uuid
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
@@ -182,6 +184,7 @@ def _checked_state(state: Mapping[str, Any], where: str) -> dict[str, Any]:
         "known": v.check_int(v.join(where, "known"), state.get("known"), 0),
         "counter": v.get_optional_str(state, "counter", where),
         "writer": v.get_optional_str(state, "writer", where),
+        "live": v.get_optional_str(state, "live", where),
     }
 
 
@@ -235,6 +238,37 @@ class _Plan:
         return min(found, key=lambda index: (at(index - 1) != last, abs(index - folded)))
 
 
+class _Live:
+    """A memory kept between calls of one conversation: its buffer holds the converted messages
+    of ``conversation[start:start + len(sizes)]`` (``sizes``: how many each converted to); the
+    last of them is ``last``. ``evicted`` collects what a fold takes out."""
+
+    __slots__ = ("evicted", "key", "last", "memory", "sizes", "token")
+
+    def __init__(self, memory: AsyncRollingMemory, evicted: list[Message]) -> None:
+        self.memory = memory
+        self.evicted = evicted
+        self.sizes: deque[int] = deque()
+        self.last: Any = None
+        self.token = uuid.uuid4().hex  # names it in the state ("live"): one per conversation
+        self.key: tuple[Any, ...] = ()  # the state it left
+
+
+_LIVE_CONVERSATIONS = 256  # live memories kept between calls, most recently used last
+
+
+def _live_key(state: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a live memory checks the state against (its costs are compared apart)."""
+    return (
+        state["summary"],
+        state["folded"],
+        state["anchor"],
+        state["next"],
+        state["known"],
+        state["writer"],
+    )
+
+
 class _Binding:
     """A run's working copy of its session's state, and the binding of the run around it."""
 
@@ -268,6 +302,10 @@ class RollingCompaction:
     they were. A state from another conversation, or a history that no longer holds the last
     folded message, raises :class:`~rollmem.errors.InvalidStateError` rather than summarizing
     or dropping anything twice.
+
+    Between calls the memory is kept (the newest 256 conversations, named by the state's
+    ``live`` token), so a call converts and counts only the messages added since the last one;
+    a state it does not match rebuilds it once.
     """
 
     after_run_once_per_turn = False
@@ -292,6 +330,8 @@ class RollingCompaction:
         self._counter_identity = counter_identity(memory.token_counter)
         self._writer = uuid.uuid4().hex  # costs this object wrote are trusted whatever the counter
         self._own: dict[str, Any] = _new_state()
+        self._lives: OrderedDict[str, _Live] = OrderedDict()  # by the state's "live" token
+        self._lives_lock = threading.Lock()
         self._bound: contextvars.ContextVar[Optional[_Binding]] = contextvars.ContextVar(
             f"rollmem_compaction_{self._writer}", default=None
         )
@@ -365,45 +405,92 @@ class RollingCompaction:
 
     async def _fold(self, plan: _Plan, state: dict[str, Any]) -> None:
         """Run the unfolded messages through a rollmem memory: new ones are counted, the stored
-        costs of the others are reused; commit the fold (if any) to ``state``."""
-        live = plan.conversation[plan.start :]
+        costs of the others are reused; commit the fold (if any) to ``state``. The memory of the
+        last call is reused when the state is the one it left and its messages are still there
+        (only the new messages are converted); else one is rebuilt from the state."""
+        live = self._take(plan, state)
+        if live is None:
+            live = self._rebuild(plan, state)
+        unfolded = plan.conversation[plan.start :]
+        new = unfolded[len(live.sizes) :]
         converted: list[Message] = []
-        bounds: list[int] = []  # per live message: where its converted messages end
-        for message in live:
-            converted.extend(_convert(message))
-            bounds.append(len(converted))
-        known = self._known(plan, state)
-        cut = bounds[known - 1] if known else 0
-        costs: list[int] = state["costs"] if len(state["costs"]) == cut else []
-        if not costs:
-            cut = 0
-        evicted: list[Message] = []
-        memory = self._memory(evicted)
-        memory.restore({"version": 2, "summary": state["summary"], "buffer": converted[:cut]}, costs=costs)
+        for message in new:
+            parts = _convert(message)
+            converted.extend(parts)
+            live.sizes.append(len(parts))
+        memory = live.memory
         try:
-            await memory.extend(converted[cut:])
+            await memory.extend(converted)
         except BaseException:
             # Nothing folded: the summary and fold position stay; the costs measured are kept.
-            state.update(costs=memory.costs(), known=len(live), counter=self._counter_identity)
+            state.update(costs=memory.costs(), known=len(unfolded), counter=self._counter_identity)
             state.update(folded=plan.start, writer=self._writer)
             raise
-        folded = 0
-        while folded < len(live) and bounds[folded] <= len(evicted):
+        finally:
+            live.last = unfolded[-1] if unfolded else None
+        folded, left = 0, len(live.evicted)
+        live.evicted.clear()
+        sizes = live.sizes
+        while sizes and sizes[0] <= left:
+            left -= sizes.popleft()
             folded += 1
         if folded:
-            state.update(summary=memory.summary, anchor=_fingerprint(live[folded - 1]))
-            state.update(next=_fingerprint(live[folded]) if folded < len(live) else None)
-        kept_costs = memory.costs()
-        if len(kept_costs) != len(converted) - (bounds[folded - 1] if folded else 0):
-            kept_costs = []  # a fold ended inside a message: its rest is counted again next time
-        state.update(
+            state.update(summary=memory.summary, anchor=_fingerprint(unfolded[folded - 1]))
+            state.update(next=_fingerprint(unfolded[folded]) if folded < len(unfolded) else None)
+        kept_costs = memory.costs() if not left else []  # a fold that ended inside a message:
+        state.update(  # its rest is counted again next time
             folded=plan.start + folded,
             costs=kept_costs,
-            known=len(live) - folded if kept_costs else 0,
+            known=len(unfolded) - folded if kept_costs else 0,
             counter=self._counter_identity,
             writer=self._writer,
         )
         plan.start += folded
+        if not left:
+            self._keep(state, live)
+
+    def _take(self, plan: _Plan, state: Mapping[str, Any]) -> Optional[_Live]:
+        """The live memory the last call left with ``state``, if the conversation still holds its
+        messages where they were (the last one checked: the same object)."""
+        token = state.get("live")
+        if token is None or not plan.aligned or state.get("writer") != self._writer:
+            return None
+        with self._lives_lock:
+            live = self._lives.pop(token, None)
+        if live is None or live.key != _live_key(state) or state["costs"] != live.memory.costs():
+            return None
+        seen = plan.start + len(live.sizes)
+        conversation = plan.conversation
+        if not live.sizes or seen > len(conversation):
+            return None
+        last = conversation[seen - 1]  # the same object, or one saying the same (reloaded)
+        return live if last is live.last or _fingerprint(last) == _fingerprint(live.last) else None
+
+    def _rebuild(self, plan: _Plan, state: Mapping[str, Any]) -> _Live:
+        """A memory holding the unfolded messages that have trusted stored costs (not counted again)."""
+        unfolded = plan.conversation[plan.start :]
+        known = self._known(plan, state)
+        converted: list[Message] = []
+        evicted: list[Message] = []
+        live = _Live(self._memory(evicted), evicted)
+        for message in unfolded[:known]:
+            parts = _convert(message)
+            converted.extend(parts)
+            live.sizes.append(len(parts))
+        costs: list[int] = state["costs"]
+        if len(costs) != len(converted):
+            converted, costs = [], []
+            live.sizes.clear()
+        live.memory.restore({"version": 2, "summary": state["summary"], "buffer": converted}, costs=costs)
+        return live
+
+    def _keep(self, state: dict[str, Any], live: _Live) -> None:
+        state["live"] = live.token
+        live.key = _live_key(state)
+        with self._lives_lock:
+            self._lives[live.token] = live
+            while len(self._lives) > _LIVE_CONVERSATIONS:
+                self._lives.popitem(last=False)
 
     def _render(
         self, messages: list[Any], plan: _Plan, state: Mapping[str, Any], previous: dict[str, Any]

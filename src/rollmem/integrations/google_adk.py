@@ -22,14 +22,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Callable, Optional, Union
 
 from .. import _validate as v
 from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT, user_first
+from ..changes import Dropped, Folded
 from ..counters import counter_identity
 from ..errors import InvalidStateError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
@@ -222,7 +225,7 @@ class _State:
             "start": self.start,
             "anchor": self.anchor,
             "kept": [[index, fp] for index, fp in self.kept],
-            "costs": {fp: list(costs) for fp, costs in self.costs.items()},
+            "costs": dict(self.costs),  # the cost lists are never changed in place
             "counter": self.counter,
             "folded": list(self.folded),
         }
@@ -355,6 +358,12 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
     edited session), contents are matched against the fingerprints of the newest 256 folded
     ones: a content identical to one of those is taken as folded.
 
+    Cost: the plugin keeps each session's memory between model calls (the newest 256 session and
+    agent pairs); a request that is the previous one plus contents at the end (the state as the
+    plugin wrote it, the last content seen, the one before the fold position and the pinned ones
+    where they were) has only its new contents converted, fingerprinted and counted. Anything else
+    rebuilds the memory from the state once.
+
     Failures: if ``summarize_fn`` raises, ADK's plugin manager raises a ``RuntimeError`` from it
     out of ``run_async``; the state is unchanged and the next run folds again. The state rides
     on the model response event: if the model call itself fails, that fold is not saved and the
@@ -386,6 +395,8 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
         )
         identity = counter_identity(token_counter) if token_counter is not None else "words"
         self._counter = identity if identity is not None else f"process:{uuid.uuid4().hex}"
+        self._cache: OrderedDict[tuple[str, ...], _Live] = OrderedDict()  # by session and agent
+        self._lock = threading.Lock()
 
     def state_key(self, agent_name: str) -> str:
         """The session-state key of an agent's memory: :data:`STATE_PREFIX` ``+ agent_name``."""
@@ -398,84 +409,270 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
         if not contents:
             return None
         key = self.state_key(callback_context.agent_name)
-        state = _State.from_dict(callback_context.state.get(key), key)
-        view, new_state = await self._fold(contents, state)
-        if new_state.to_dict() != state.to_dict():
-            callback_context.state[key] = new_state.to_dict()
+        data = _read(callback_context.state, key)
+        session = getattr(callback_context, "session", None)
+        where = None if session is None else (session.app_name, session.user_id, session.id, key)
+        view, new_state, written = await self._fold(contents, data, key, where)
+        if written != data:
+            callback_context.state[key] = written
         llm_request.contents = view
         if new_state.summary:
             llm_request.append_instructions([self.summary_text(new_state.summary)])
         return None
 
-    async def _fold(self, contents: list[Any], state: _State) -> tuple[list[Any], _State]:
+    async def _fold(
+        self, contents: list[Any], data: object, key: str, where: Optional[tuple[str, ...]]
+    ) -> tuple[list[Any], _State, dict[str, Any]]:
+        """Fold with the live memory of the last call when the request only added contents at
+        the end (the new ones are converted and counted), else with one rebuilt from the state;
+        returns the request's contents, the new state and its JSON form."""
+        live = None if where is None else self._take(where)
+        if live is None or not live.current(contents, data):
+            state = _State.from_dict(data, key)
+            live, new, found = self._rebuild(contents, state)
+        else:
+            new, found = list(range(live.count, len(contents))), True
+        fresh = [_Entry(index, _fingerprint(contents[index])) for index in new]
+        state = await live.advance(contents, fresh, self._counter)
+        if not found:  # a request showing part of the history: the fold position stays
+            old = live.previous
+            merged = {**old.costs, **state.costs} if old.counter == state.counter else state.costs
+            state = _State(
+                state.summary, old.start, old.anchor, old.kept, merged, state.counter, state.folded
+            )
+        written = live.remember(state, len(contents))
+        if found and where is not None:
+            self._keep(where, live)
+        return live.render(contents), state, written
+
+    def _rebuild(self, contents: list[Any], state: _State) -> tuple[_Live, list[int], bool]:
+        """A live memory from the state: the unfolded contents with a stored cost restored (not
+        counted again), and the rest of them to add."""
         prints = _Prints(contents)
         start, kept, found = _view_start(state, prints, len(contents))
         window = [*kept, *range(start, len(contents))]
-        converter = _Converter()
-        per_content = [converter.convert(contents[i], prints(i)) for i in window]
-        flat = converter.pin_pending([m for messages in per_content for m in messages])
-        owner = [position for position, messages in enumerate(per_content) for _ in messages]
-
-        trusted = state.costs if state.counter == self._counter else {}
-        known: list[int] = []
-        for position, index in enumerate(window):
-            costs = trusted.get(prints(index))
-            if costs is None or len(costs) != len(per_content[position]):
-                break
-            known.extend(costs)
-        known = known[: len(flat) - 1]  # the newest message is added, so the fold runs
-
         memory = AsyncRollingMemory(
             self.max_tokens, self.summarize_fn, self.token_counter, target_tokens=self.target_tokens
         )
-        memory.restore({"version": 2, "summary": state.summary, "buffer": flat[: len(known)]}, costs=known)
-        await memory.extend(flat[len(known) :])
+        live = _Live(memory, state)
+        trusted = state.costs if state.counter == self._counter else {}
+        entries: list[_Entry] = []
+        known: list[int] = []
+        for index in window[:-1]:  # the newest content is added, so the fold runs
+            entry = _Entry(index, prints(index))
+            entry.messages = live.converter.convert(contents[index], entry.fp)
+            costs = trusted.get(entry.fp)
+            if costs is None or len(costs) != len(entry.messages):
+                break
+            entries.append(entry)
+            known.extend(costs)
+        live.converter = _Converter()  # converted again below, with their answers, in order
+        messages = live.convert(contents, entries)
+        memory.restore({"version": 2, "summary": state.summary, "buffer": messages}, costs=known)
+        live.costs = {entry.fp: trusted[entry.fp] for entry in entries}
+        live.add(entries)
+        live.tail = len(kept)  # entries[tail:] will be the contiguous tail
+        return live, window[len(entries) :], found
 
-        cost_of = {id(m): c for m, c in zip(memory.buffer, memory.costs())}
-        staying = [False] * len(window)
-        for message, position in zip(flat, owner):
-            if id(message) in cost_of:
-                staying[position] = True
-        view, new = self._finish(
-            contents, prints, window, staying, flat, owner, cost_of, memory.summary, state
-        )
-        if not found:  # a request showing part of the history: the fold position stays
-            merged = {**state.costs, **new.costs} if state.counter == new.counter else new.costs
-            new = _State(new.summary, state.start, state.anchor, state.kept, merged, new.counter, new.folded)
-        return view, new
+    def _take(self, where: tuple[str, ...]) -> Optional[_Live]:
+        with self._lock:
+            return self._cache.pop(where, None)
 
-    def _finish(
-        self,
-        contents: list[Any],
-        prints: _Prints,
-        window: list[int],
-        staying: list[bool],
-        flat: list[Message],
-        owner: list[int],
-        cost_of: Mapping[int, int],
-        summary: str,
-        previous: _State,
-    ) -> tuple[list[Any], _State]:
-        first = len(window)  # the kept contiguous tail of the request starts at window[first]
-        start = len(contents)
-        while first > 0 and staying[first - 1] and window[first - 1] == start - 1:
-            first -= 1
-            start -= 1
-        kept = [(index, prints(index)) for p, index in enumerate(window[:first]) if staying[p]]
-        values: list[list[Optional[int]]] = [[] for _ in window]
-        for message, position in zip(flat, owner):
-            values[position].append(cost_of.get(id(message)))
-        costs: dict[str, list[int]] = {}
-        for p, index in enumerate(window):
-            if staying[p] and None not in values[p]:
-                costs[prints(index)] = [c for c in values[p] if c is not None]
-        anchor = prints(start - 1) if start > 0 else None
-        gone = [prints(index) for p, index in enumerate(window) if not staying[p]]
+    def _keep(self, where: tuple[str, ...], live: _Live) -> None:
+        with self._lock:
+            self._cache[where] = live
+            while len(self._cache) > _LIVE_SESSIONS:
+                self._cache.popitem(last=False)
+
+
+_LIVE_SESSIONS = 256  # live memories kept between model calls, most recently used last
+
+
+class _Entry:
+    """One unfolded content of the request: its index, fingerprint, messages and how many of
+    them are still in the memory's buffer."""
+
+    __slots__ = ("alive", "fp", "index", "messages")
+
+    def __init__(self, index: int, fp: str) -> None:
+        self.index = index
+        self.fp = fp
+        self.messages: list[Message] = []
+        self.alive = 0
+
+
+class _Live:
+    """A memory kept between model calls of one session and agent, with the unfolded contents
+    of its buffer (``entries``, in request order: the kept ones, then the contiguous tail from
+    ``entries[tail]`` on), so a call converts, fingerprints and counts only the new contents."""
+
+    def __init__(self, memory: AsyncRollingMemory, previous: _State) -> None:
+        self.memory = memory
+        self.converter = _Converter()
+        self.entries: list[_Entry] = []
+        self.tail = 0
+        self.owner: dict[int, _Entry] = {}  # id() of each buffered message -> its entry
+        self.pinned: dict[str, Message] = {}  # open call id -> the pinned message holding it
+        self.costs: dict[str, list[int]] = {}  # fingerprint -> costs of the entries wholly buffered
+        self.previous = previous  # the state this call started from, then the one it wrote
+        self.data: Optional[dict[str, Any]] = None  # what was written to the session state
+        self.count = 0  # len(contents) of the last call
+        self.last: Optional[str] = None  # the fingerprint of its last content
+
+    def current(self, contents: list[Any], data: object) -> bool:
+        """Whether ``contents`` are the last call's plus new ones at the end, and the session
+        state the one the last call wrote (a cheap check: the last content seen, the content
+        before the fold position and each kept one where they were)."""
+        count = self.count
+        if data is None or data != self.data or not 0 < count <= len(contents):
+            return False
+        if _fingerprint(contents[count - 1]) != self.last:
+            return False
+        state = self.previous
+        if state.anchor is not None and _fingerprint(contents[state.start - 1]) != state.anchor:
+            return False
+        return all(index < count and _fingerprint(contents[index]) == fp for index, fp in state.kept)
+
+    def convert(self, contents: Sequence[Any], entries: list[_Entry]) -> list[Message]:
+        """Convert ``entries`` in order (pairing responses with open calls); pending calls pinned,
+        the ones they answer no longer pinned."""
+        converter = self.converter
+        flat: list[Message] = []
+        for entry in entries:
+            entry.messages = converter.convert(contents[entry.index], entry.fp)
+            flat.extend(entry.messages)
+        for call_id in [c for c in self.pinned if c in converter.answered]:
+            self._unpin(self.pinned.pop(call_id))
+        converter.answered.clear()
+        pending = {call_id for _, call_id in converter.open}
+        for entry in entries:
+            for position, message in enumerate(entry.messages):
+                ids = [c.id for c in message.tool_calls if c.id in pending]
+                if ids:
+                    message = replace(message, id=f"rollmem-call:{ids[0]}", pinned=True)
+                    entry.messages[position] = message
+                    self.pinned.update(dict.fromkeys(ids, message))
+        return [m for entry in entries for m in entry.messages] if pending else flat
+
+    def _unpin(self, message: Message) -> None:
+        """Unpin ``message`` in the buffer once none of its calls is pending any more."""
+        if message.id is None or any(c.id in self.pinned for c in message.tool_calls):
+            return
+        entry = self.owner.pop(id(message), None)
+        if entry is None:
+            return  # pragma: no cover - a pinned message is never folded
+        self.memory.unpin(message.id)
+        for item in self.memory.buffer:
+            if item.id == message.id:
+                self.owner[id(item)] = entry
+                entry.messages = [item if m is message else m for m in entry.messages]
+
+    def add(self, entries: list[_Entry]) -> None:
+        for entry in entries:
+            entry.alive = len(entry.messages)
+            for message in entry.messages:
+                self.owner[id(message)] = entry
+        self.entries.extend(entries)
+
+    async def advance(self, contents: list[Any], fresh: list[_Entry], counter: str) -> _State:
+        """Add the ``fresh`` contents (counted once each), fold what the budget says; the state."""
+        memory = self.memory
+        messages = self.convert(contents, fresh)
+        with memory.record() as changes:
+            await memory.extend(messages)
+        self.add(fresh)
+        evicted = [m for change in changes if isinstance(change, (Folded, Dropped)) for m in change.messages]
+        dead = self._evict(evicted)
+        stored = self.costs
+        for entry in dead:
+            stored.pop(entry.fp, None)
+        newest = len(messages)
+        cost_of = dict(zip(map(id, memory.buffer[-newest:]), memory.costs()[-newest:])) if newest else {}
+        for entry in fresh:
+            costs = [cost_of.get(id(m)) for m in entry.messages]
+            if None not in costs:
+                stored[entry.fp] = [c for c in costs if c is not None]
+        return self._state(contents, dead, counter)
+
+    def _evict(self, evicted: list[Message]) -> list[_Entry]:
+        """Take the evicted messages off their entries; returns the entries left with none
+        (they leave ``entries``). Evictions take the leading messages but pinned units, so only
+        the entries up to the last one touched are looked at."""
+        if not evicted:
+            return []
+        reach = 0
+        touched: list[_Entry] = []
+        for message in evicted:
+            entry = self.owner.pop(id(message))
+            entry.alive -= 1
+            touched.append(entry)
+        last = max(touched, key=lambda e: e.index)
+        entries = self.entries
+        while entries[reach] is not last:
+            reach += 1
+        reach += 1
+        head = entries[:reach]
+        for entry in touched:  # a content partly folded: its costs are no longer all in the buffer
+            self.costs.pop(entry.fp, None)
+        dead = [entry for entry in head if not entry.alive]
+        before_tail = sum(1 for entry in head[: self.tail] if not entry.alive)
+        # the entries after the ones looked at are contiguous: the tail starts there or earlier
+        self.tail = max(self.tail - before_tail, reach - len(dead))
+        entries[:reach] = [entry for entry in head if entry.alive]
+        return dead
+
+    def _state(self, contents: list[Any], dead: list[_Entry], counter: str) -> _State:
+        entries = self.entries
+        tail = min(self.tail, len(entries) - 1)  # entries[tail:] are contiguous, ending with the last
+        while tail > 0 and entries[tail - 1].index == entries[tail].index - 1:
+            tail -= 1  # a kept content the tail reached
+        self.tail = tail
+        start = entries[tail].index
+        previous = self.previous
+        if start == 0:
+            anchor = None
+        elif start == previous.start and previous.anchor is not None:
+            anchor = previous.anchor
+        else:
+            anchor = _fingerprint(contents[start - 1])
+        kept = [(entry.index, entry.fp) for entry in entries[:tail]]
+        gone = [entry.fp for entry in dead]
         folded = [*previous.folded, *gone][-_REMEMBERED:] if gone else previous.folded
-        state = _State(summary, start, anchor, kept, costs, self._counter, folded)
-        opening = [next(m for m, o in zip(flat, owner) if staying[o])]
-        shown = [index for p, index in enumerate(window) if staying[p]]
-        return _render(contents, shown, user_first(opening) is not opening), state
+        return _State(self.memory.summary, start, anchor, kept, dict(self.costs), counter, folded)
+
+    def remember(self, state: _State, count: int) -> dict[str, Any]:
+        """Keep ``state`` as the one written; returns its JSON form (to write)."""
+        self.previous = state
+        self.data = state.to_dict()
+        self.count = count
+        self.last = self.entries[-1].fp
+        return self.data
+
+    def render(self, contents: Sequence[Any]) -> list[Any]:
+        """The request's contents: the kept ones, then the tail (see :func:`_render`)."""
+        entries = self.entries
+        opening = entries[0].messages[:1]
+        opens_with_reply = user_first(opening) is not opening
+        shown = [entry.index for entry in entries[: self.tail]]
+        view = _render(contents, shown, opens_with_reply)
+        if self.tail < len(entries):
+            start = entries[self.tail].index
+            if (
+                shown
+                and start != shown[-1] + 1
+                and contents[start].role == "model"
+                and contents[shown[-1]].role == "model"
+            ):
+                view.append(_continuation())
+            view.extend(contents[start:])
+        return view
+
+
+def _read(state: Any, key: str) -> Any:
+    """``state[key]`` without ADK's read snapshot: reading a dict through ``state.get`` makes
+    ADK deep-copy it (to see writes into it later), which would cost O(buffer) on every call."""
+    to_dict = getattr(state, "to_dict", None)
+    return state.get(key) if to_dict is None else to_dict().get(key)
 
 
 def _continuation() -> Any:

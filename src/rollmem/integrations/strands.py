@@ -14,6 +14,7 @@ drives one): whole units (an assistant ``toolUse`` message with the user message
 from __future__ import annotations
 
 import json
+import operator
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
@@ -412,8 +413,10 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
         skip = 1 if self._merged else 0
         shown = self._shown
         known = len(shown) - skip
+        # The same objects where they were (compared at C speed: a model call stays O(new messages)
+        # in Python work; the list slices are O(buffer) copies, well below a conversion).
         if len(messages) - start >= known and all(
-            messages[start + i] is shown[skip + i] for i in range(known)
+            map(operator.is_, messages[start : start + known], shown[skip : skip + known])
         ):
             self._add(messages[start + known :], start + known)
             return
