@@ -32,6 +32,7 @@ from google.adk.runners import Runner
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.genai import types
 from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, SummarizerDown
+from tests.conftest import CountingWords as CountingCounter
 
 from rollmem import Message
 from rollmem.adapters import CONTINUATION_TEXT
@@ -76,19 +77,6 @@ class ScriptedModel(BaseLlm):
     ) -> AsyncGenerator[LlmResponse, None]:
         self.received.append(llm_request.model_copy(deep=True))
         yield LlmResponse(content=self.script.popleft())
-
-
-class CountingCounter:
-    """Words, with a stable identity (so stored costs are trusted after a restart); records texts."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 def call(*cities: str) -> types.Content:

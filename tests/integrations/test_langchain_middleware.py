@@ -41,6 +41,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from pydantic import Field
+from tests.conftest import CountingWords as CountingCounter
 
 from rollmem import Message, RollingMemory, cached_target
 from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
@@ -518,19 +519,6 @@ def test_a_new_agent_on_the_same_checkpointer_continues_without_summarizing_agai
     _, buffer = split_view(second.model.received[-1])
     everything = [m.id for m in first_recorder.folded] + [m.id for m in second_recorder.folded]
     assert everything == ids(request[: len(request) - len(buffer)])
-
-
-class CountingCounter:
-    """Words, recording each text it counts; named, so stored costs are trusted after a restart."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 def collect(chat: Chat, seen: dict[str, str]) -> None:

@@ -37,6 +37,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_core import to_jsonable_python
+from tests.conftest import CountingWords
 
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
@@ -601,19 +602,6 @@ def test_docs_page_block_runs(line: int, code: str, tmp_path: Path, monkeypatch:
         pytest.importorskip(needs.group(1))
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"{DOCS_PAGE.name}:{line}", "exec"), {"__name__": "__docs__"})
-
-
-class CountingWords:
-    """Words, recording each text counted; named, so the stored costs are trusted after a restart."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 @pytest.mark.parametrize("roundtrip", [False, True])
