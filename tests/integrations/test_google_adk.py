@@ -456,28 +456,3 @@ def test_arguments_are_checked() -> None:
         RollingMemoryPlugin(10, summary_text="no")  # type: ignore[arg-type]
     assert RollingMemoryPlugin().max_tokens == 2000
     assert RollingMemoryPlugin().name == "rollmem"
-
-
-def test_importing_rollmem_imports_no_adk() -> None:
-    code = (
-        "import sys, rollmem, rollmem.integrations, rollmem.adapters\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('google.adk', 'google.genai'))))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.splitlines() == ["[]"]
-
-
-def test_a_missing_adk_names_the_extra() -> None:
-    code = (
-        "import sys\n"
-        "sys.modules['google.adk'] = None\n"
-        "try:\n"
-        "    import rollmem.integrations.google_adk\n"
-        "except ImportError as error:\n"
-        "    print(type(error).__name__, error)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == (
-        "MissingExtraError rollmem.integrations.google_adk needs the 'google-adk' package: "
-        'pip install "rollmem[google-adk]"'
-    )

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -41,7 +39,7 @@ from tests.conftest import CountingWords
 
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
-from rollmem.errors import InvalidStateError, MissingExtraError
+from rollmem.errors import InvalidStateError
 from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
 from rollmem.sessions import Sessions
 from rollmem.stores import LogWrite, MemoryStore, SQLiteStore
@@ -561,21 +559,6 @@ def test_bad_arguments_raise_at_once() -> None:
         TypeError, match="store: expected a rollmem AsyncLogStore, LogStore, AsyncStore or Store, got dict"
     ):
         rolling_history(10, store={})  # type: ignore[arg-type]
-
-
-def test_a_missing_pydantic_ai_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [name for name in sys.modules if name == "pydantic_ai" or name.startswith("pydantic_ai.")]:
-        monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(MissingExtraError, match=re.escape('pip install "rollmem[pydantic-ai]"')):
-        rolling_history()
-
-
-def test_importing_the_module_imports_no_framework() -> None:
-    code = (
-        "import sys, rollmem, rollmem.integrations, rollmem.integrations.pydantic_ai\n"
-        "assert 'pydantic_ai' not in sys.modules, 'pydantic_ai imported'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src")})
 
 
 # -- the documentation page ----------------------------------------------------------------------------
