@@ -60,6 +60,7 @@ async def stored(store: Any) -> tuple[str, list[str]]:
 
 async def started(held: Held, body: Callable[[AsyncRollingMemory], Any], sessions: AsyncSessions[Any]) -> Any:
     """A task running one block: add ``r`` (its fold of ``p`` held in the background), then ``body``."""
+    held.hold = True
 
     async def block() -> None:
         async with sessions.open("s") as memory:
@@ -122,8 +123,6 @@ async def _cancelled(task: Any, gate: Any) -> None:
 
 def test_a_block_that_raises_while_its_background_fold_is_held_calls_no_hook(backend: Backend) -> None:
     async def interrupt(held: Held, sessions: AsyncSessions[Any]) -> None:
-        held.hold = True
-
         async def fail(memory: AsyncRollingMemory) -> None:
             raise TimeoutError("the caller gave up")
 
@@ -136,8 +135,6 @@ def test_a_block_that_raises_while_its_background_fold_is_held_calls_no_hook(bac
 
 def test_a_block_cancelled_in_its_body_while_a_fold_is_held_calls_no_hook(backend: Backend) -> None:
     async def interrupt(held: Held, sessions: AsyncSessions[Any]) -> None:
-        held.hold = True
-
         async def wait(memory: AsyncRollingMemory) -> None:
             await asyncio.sleep(3600)
 
@@ -151,8 +148,6 @@ def test_a_block_cancelled_in_its_body_while_a_fold_is_held_calls_no_hook(backen
 
 def test_a_block_cancelled_while_its_background_folds_are_awaited_calls_no_hook(backend: Backend) -> None:
     async def interrupt(held: Held, sessions: AsyncSessions[Any]) -> None:
-        held.hold = True
-
         async def leave(memory: AsyncRollingMemory) -> None:
             return None  # the block ends: the sessions await the held fold before writing
 
