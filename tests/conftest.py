@@ -232,6 +232,24 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
+class CountingWords:
+    """:func:`word_count` with a stable identity (``rollmem_identity``, so stored costs are trusted
+    after a restart) that records each text it counts: ``texts`` in order, ``calls`` their number."""
+
+    rollmem_identity = "test-words"
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def __call__(self, text: str) -> int:
+        self.texts.append(text)
+        return word_count(text)
+
+    @property
+    def calls(self) -> int:
+        return len(self.texts)
+
+
 @pytest.fixture
 def char_counter() -> Callable[[str], int]:
     """A token counter where one character is one token."""

@@ -26,6 +26,7 @@ from agent_framework import (  # noqa: E402
     Message,
     tool,
 )
+from tests.conftest import CountingWords  # noqa: E402
 
 from rollmem import cached_target  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
@@ -113,19 +114,6 @@ class Reminder(ContextProvider):  # type: ignore[misc]
     async def before_run(self, *, agent: Any, session: Any, context: Any, state: Any) -> None:
         self.runs += 1
         context.extend_messages(self, [Message("system", [f"Reminder {self.runs}: be kind."])])
-
-
-class CountingWords:
-    """A word counter with a stable identity that counts its calls."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, text: str) -> int:
-        self.calls += 1
-        return len(text.split())
 
 
 def keys(message: Any) -> list[str]:

@@ -32,6 +32,7 @@ from google.adk.runners import Runner
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 from google.genai import types
 from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, SummarizerDown
+from tests.conftest import CountingWords as CountingCounter
 
 from rollmem import Message, cached_target
 from rollmem.adapters import CONTINUATION_TEXT
@@ -77,19 +78,6 @@ class ScriptedModel(BaseLlm):
     ) -> AsyncGenerator[LlmResponse, None]:
         self.received.append(llm_request.model_copy(deep=True))
         yield LlmResponse(content=self.script.popleft())
-
-
-class CountingCounter:
-    """Words, with a stable identity (so stored costs are trusted after a restart); records texts."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 def call(*cities: str) -> types.Content:
@@ -500,28 +488,3 @@ def test_arguments_are_checked() -> None:
     assert RollingMemoryPlugin().target_tokens == cached_target(2000) == 765  # deep, cache-friendly folds
     assert RollingMemoryPlugin(2000, target_tokens=2000).target_tokens == 2000
     assert RollingMemoryPlugin().name == "rollmem"
-
-
-def test_importing_rollmem_imports_no_adk() -> None:
-    code = (
-        "import sys, rollmem, rollmem.integrations, rollmem.adapters\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('google.adk', 'google.genai'))))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.splitlines() == ["[]"]
-
-
-def test_a_missing_adk_names_the_extra() -> None:
-    code = (
-        "import sys\n"
-        "sys.modules['google.adk'] = None\n"
-        "try:\n"
-        "    import rollmem.integrations.google_adk\n"
-        "except ImportError as error:\n"
-        "    print(type(error).__name__, error)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == (
-        "MissingExtraError rollmem.integrations.google_adk needs the 'google-adk' package: "
-        'pip install "rollmem[google-adk]"'
-    )

@@ -12,9 +12,6 @@ import asyncio
 import inspect
 import logging
 import re
-import subprocess
-import sys
-import textwrap
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
@@ -41,6 +38,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from pydantic import Field
+from tests.conftest import CountingWords as CountingCounter
 
 from rollmem import Message, RollingMemory, cached_target
 from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
@@ -272,28 +270,6 @@ def test_the_default_target_is_the_cached_target() -> None:
     assert RollingMemoryMiddleware(4000, target_tokens=4000).target_tokens == 4000
 
 
-def test_missing_framework_raises_missing_extra_error() -> None:
-    code = """
-        import sys
-        sys.modules["langchain"] = None  # as if not installed
-        try:
-            import rollmem.integrations.langchain
-        except ImportError as exc:
-            print(type(exc).__name__, exc.name, exc)
-        import rollmem.integrations
-        print("langchain" in sys.modules and sys.modules["langchain"] is not None)
-    """
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=False
-    )
-    assert result.stderr == ""
-    assert result.stdout.splitlines() == [
-        "MissingExtraError langchain rollmem.integrations.langchain needs the 'langchain' package: "
-        'pip install "rollmem[langchain]"',
-        "False",
-    ]
-
-
 # -- what the model sees ------------------------------------------------------------------------
 
 
@@ -518,19 +494,6 @@ def test_a_new_agent_on_the_same_checkpointer_continues_without_summarizing_agai
     _, buffer = split_view(second.model.received[-1])
     everything = [m.id for m in first_recorder.folded] + [m.id for m in second_recorder.folded]
     assert everything == ids(request[: len(request) - len(buffer)])
-
-
-class CountingCounter:
-    """Words, recording each text it counts; named, so stored costs are trusted after a restart."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 def collect(chat: Chat, seen: dict[str, str]) -> None:

@@ -8,9 +8,6 @@ import importlib.util
 import json
 import logging
 import re
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,8 @@ import pytest
 
 from rollmem import Message, ToolCall
 
-# The missing-extra tests run everywhere; the rest needs llama-index-core.
+# The tests of the module alone run everywhere (its lazy import: test_lazy_imports.py); the rest
+# needs llama-index-core.
 needs_llama_index = pytest.mark.skipif(
     importlib.util.find_spec("llama_index") is None or importlib.util.find_spec("llama_index.core") is None,
     reason="llama-index-core is not installed",
@@ -27,43 +25,6 @@ needs_llama_index = pytest.mark.skipif(
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "integrations" / "llama-index.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
-
-
-def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
-
-
-def test_importing_the_module_imports_no_framework() -> None:
-    result = _run(
-        """
-        import sys
-        import rollmem, rollmem.integrations, rollmem.integrations.llama_index
-        loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("llama_index", "pydantic"))
-        print(loaded)
-        """
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
-
-
-def test_missing_llama_index_raises_missing_extra_error_on_use() -> None:
-    result = _run(
-        """
-        import sys
-        sys.modules["llama_index"] = None  # as if not installed
-        import rollmem.integrations.llama_index as integration
-        from rollmem.errors import MissingExtraError
-        try:
-            integration.RollingSummaryBlock
-        except MissingExtraError as error:
-            print(type(error).__name__, isinstance(error, ImportError), error)
-        """
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == (
-        "MissingExtraError True rollmem.integrations.llama_index needs the 'llama-index-core' package: "
-        'pip install "rollmem[llama-index]"'
-    )
 
 
 def test_unknown_attribute_is_an_attribute_error() -> None:

@@ -23,6 +23,7 @@ from openai.types.responses import (  # noqa: E402
     ResponseReasoningItem,
 )
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
+from tests.conftest import CountingWords  # noqa: E402
 
 from rollmem import Message  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT_PLAIN  # noqa: E402
@@ -723,19 +724,6 @@ def test_on_evict_and_archive_are_checked() -> None:
         RollingSession("s", on_evict=3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"archive: expected a session with add_items"):
         RollingSession("s", archive=object())
-
-
-class CountingWords:
-    """Words, recording each text counted; named, so stored costs are trusted after a restart."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 def test_each_item_is_counted_once_also_across_restarts(store: Any) -> None:

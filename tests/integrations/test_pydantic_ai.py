@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -37,10 +35,11 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_core import to_jsonable_python
+from tests.conftest import CountingWords
 
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
-from rollmem.errors import InvalidStateError, MissingExtraError
+from rollmem.errors import InvalidStateError
 from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
 from rollmem.sessions import Sessions
 from rollmem.stores import LogWrite, MemoryStore, SQLiteStore
@@ -562,21 +561,6 @@ def test_bad_arguments_raise_at_once() -> None:
         rolling_history(10, store={})  # type: ignore[arg-type]
 
 
-def test_a_missing_pydantic_ai_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [name for name in sys.modules if name == "pydantic_ai" or name.startswith("pydantic_ai.")]:
-        monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(MissingExtraError, match=re.escape('pip install "rollmem[pydantic-ai]"')):
-        rolling_history()
-
-
-def test_importing_the_module_imports_no_framework() -> None:
-    code = (
-        "import sys, rollmem, rollmem.integrations, rollmem.integrations.pydantic_ai\n"
-        "assert 'pydantic_ai' not in sys.modules, 'pydantic_ai imported'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src")})
-
-
 # -- the documentation page ----------------------------------------------------------------------------
 
 
@@ -601,19 +585,6 @@ def test_docs_page_block_runs(line: int, code: str, tmp_path: Path, monkeypatch:
         pytest.importorskip(needs.group(1))
     monkeypatch.chdir(tmp_path)
     exec(compile(code, f"{DOCS_PAGE.name}:{line}", "exec"), {"__name__": "__docs__"})
-
-
-class CountingWords:
-    """Words, recording each text counted; named, so the stored costs are trusted after a restart."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    def __call__(self, text: str) -> int:
-        self.texts.append(text)
-        return len(text.split())
 
 
 @pytest.mark.parametrize("roundtrip", [False, True])

@@ -16,6 +16,7 @@ from strands.hooks import MessageAddedEvent  # noqa: E402
 from strands.models.model import Model  # noqa: E402
 from strands.session.file_session_manager import FileSessionManager  # noqa: E402
 from strands.types.exceptions import ContextWindowOverflowException, EventLoopException  # noqa: E402
+from tests.conftest import CountingWords as Counter  # noqa: E402
 
 from rollmem import Message, cached_target  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
@@ -28,19 +29,6 @@ from rollmem.integrations.strands import (  # noqa: E402
     RollingConversationManager,
     to_rollmem,
 )
-
-
-class Counter:
-    """A word counter that counts its calls; its identity lets stored costs be trusted."""
-
-    rollmem_identity = "test-words"
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, text: str) -> int:
-        self.calls += 1
-        return len(text.split())
 
 
 class Recorder:

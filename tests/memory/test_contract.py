@@ -1,4 +1,5 @@
-"""The memory contract (:mod:`.contract`) run against every rollmem memory class."""
+"""The memory contract (:mod:`.contract`) run against every rollmem memory class; an async class
+runs with the options of its sync twin."""
 
 from __future__ import annotations
 
@@ -32,11 +33,8 @@ class TestRollingMemoryWithTarget(MemoryContract):
         return {"max_tokens": 4, "target_tokens": 2, "summarize_fn": summarize_fn, "on_evict": on_evict}
 
 
-class TestAsyncRollingMemory(MemoryContract):
+class TestAsyncRollingMemory(TestRollingMemory):
     memory_class = AsyncRollingMemory
-
-    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
-        return {"max_tokens": 3, "summarize_fn": summarize_fn, "on_evict": on_evict}
 
 
 class TestBufferMemory(MemoryContract):
@@ -60,8 +58,5 @@ class TestSummaryMemory(MemoryContract):
         return {"summarize_fn": summarize_fn, "on_evict": on_evict}
 
 
-class TestAsyncSummaryMemory(MemoryContract):
+class TestAsyncSummaryMemory(TestSummaryMemory):
     memory_class = AsyncSummaryMemory
-
-    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
-        return {"summarize_fn": summarize_fn, "on_evict": on_evict}

@@ -13,6 +13,7 @@ writer of the contention test instead (:func:`contend`) and prints its :class:`O
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -149,6 +150,32 @@ def contend(sessions: Sessions[RollingMemory], index: int, turns: int, outcome: 
                 memory.add_user_message(turn_text(index, turn))
         except ConflictError as exc:
             outcome.refused.append(str(exc))
+
+
+def run_writers(argument_lists: Sequence[Sequence[str]], go: Path, timeout: float) -> list[Any]:
+    """Run this module as one writer process per argument list, start them together (each prints
+    ``ready``, then ``go`` is created) and return the JSON each one printed last. Every writer must
+    exit with 0 within ``timeout`` seconds; none is left running."""
+    workers = [
+        subprocess.Popen(
+            [sys.executable, __file__, *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for arguments in argument_lists
+    ]
+    try:
+        for worker in workers:
+            assert worker.stdout is not None
+            assert worker.stdout.readline() == "ready\n", worker.communicate()[1]
+        go.touch()  # all writers start together
+        outputs = [worker.communicate(timeout=timeout) for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    for worker, (_out, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err
+    return [json.loads(out) for out, _ in outputs]
 
 
 def _contend_main(args: Sequence[str]) -> None:

@@ -11,9 +11,6 @@ summary is the record of what the committed folds took.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -70,29 +67,8 @@ def _threads(backend: Backend, budget: int) -> list[Outcome]:
 
 def _processes(backend: Backend, budget: int, go: Path) -> list[Outcome]:
     arguments = [backend.name, backend.location, backend.namespace]
-    workers = [
-        subprocess.Popen(
-            [sys.executable, _support.__file__, "contend", *arguments, *map(str, (i, TURNS, budget, go))],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(WRITERS)
-    ]
-    try:
-        for worker in workers:
-            assert worker.stdout is not None
-            assert worker.stdout.readline() == "ready\n", worker.communicate()[1]
-        go.touch()
-        outputs = [worker.communicate(timeout=120) for worker in workers]
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-    for worker, (_out, err) in zip(workers, outputs):
-        assert worker.returncode == 0, err
-    return [Outcome(**json.loads(out)) for out, _ in outputs]
+    writers = [["contend", *arguments, *map(str, (i, TURNS, budget, go))] for i in range(WRITERS)]
+    return [Outcome(**output) for output in _support.run_writers(writers, go, timeout=120)]
 
 
 def _tasks(backend: Backend, budget: int) -> list[Outcome]:

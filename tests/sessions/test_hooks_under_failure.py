@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -60,6 +60,7 @@ async def stored(store: Any) -> tuple[str, list[str]]:
 
 async def started(held: Held, body: Callable[[AsyncRollingMemory], Any], sessions: AsyncSessions[Any]) -> Any:
     """A task running one block: add ``r`` (its fold of ``p`` held in the background), then ``body``."""
+    held.hold = True
 
     async def block() -> None:
         async with sessions.open("s") as memory:
@@ -91,20 +92,18 @@ def _background(backend: Backend, held: Held, seen: list[str]) -> AsyncSessions[
     )
 
 
-def test_a_block_that_raises_while_its_background_fold_is_held_calls_no_hook(backend: Backend) -> None:
+def _interrupted(backend: Backend, interrupt: Callable[[Held, AsyncSessions[Any]], Awaitable[None]]) -> None:
+    """``p`` and ``q`` stored, then ``interrupt`` runs a block that adds ``r`` and does not end well
+    (its background fold of ``p`` held or failing). Then: no hook called, the store unchanged, and
+    the next block commits the fold of ``p``, reaching the hook once."""
+
     async def main() -> None:
         held, seen = Held(), []
         sessions = _background(backend, held, seen)
         await _p_q(sessions)
-        held.hold = True
-
-        async def fail(memory: AsyncRollingMemory) -> None:
-            raise TimeoutError("the caller gave up")
-
-        task = await started(held, fail, sessions)
-        with pytest.raises(TimeoutError):
-            await task
+        await interrupt(held, sessions)
         await held.release()
+        held.fail = False
         assert seen == []
         assert await stored(backend.store()) == ("", ["p", "q"])
         await _then_s(sessions, backend.store(), seen)
@@ -112,13 +111,30 @@ def test_a_block_that_raises_while_its_background_fold_is_held_calls_no_hook(bac
     backend.run(main)
 
 
-def test_a_block_cancelled_in_its_body_while_a_fold_is_held_calls_no_hook(backend: Backend) -> None:
-    async def main() -> None:
-        held, seen = Held(), []
-        sessions = _background(backend, held, seen)
-        await _p_q(sessions)
-        held.hold = True
+async def _cancelled(task: Any, gate: Any) -> None:
+    """Cancel ``task``, let the loop run, then open ``gate``: the task ends cancelled."""
+    task.cancel()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
+
+def test_a_block_that_raises_while_its_background_fold_is_held_calls_no_hook(backend: Backend) -> None:
+    async def interrupt(held: Held, sessions: AsyncSessions[Any]) -> None:
+        async def fail(memory: AsyncRollingMemory) -> None:
+            raise TimeoutError("the caller gave up")
+
+        task = await started(held, fail, sessions)
+        with pytest.raises(TimeoutError):
+            await task
+
+    _interrupted(backend, interrupt)
+
+
+def test_a_block_cancelled_in_its_body_while_a_fold_is_held_calls_no_hook(backend: Backend) -> None:
+    async def interrupt(held: Held, sessions: AsyncSessions[Any]) -> None:
         async def wait(memory: AsyncRollingMemory) -> None:
             await asyncio.sleep(3600)
 
@@ -126,20 +142,12 @@ def test_a_block_cancelled_in_its_body_while_a_fold_is_held_calls_no_hook(backen
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await held.release()
-        assert seen == []
-        await _then_s(sessions, backend.store(), seen)
 
-    backend.run(main)
+    _interrupted(backend, interrupt)
 
 
 def test_a_block_cancelled_while_its_background_folds_are_awaited_calls_no_hook(backend: Backend) -> None:
-    async def main() -> None:
-        held, seen = Held(), []
-        sessions = _background(backend, held, seen)
-        await _p_q(sessions)
-        held.hold = True
-
+    async def interrupt(held: Held, sessions: AsyncSessions[Any]) -> None:
         async def leave(memory: AsyncRollingMemory) -> None:
             return None  # the block ends: the sessions await the held fold before writing
 
@@ -150,29 +158,18 @@ def test_a_block_cancelled_while_its_background_folds_are_awaited_calls_no_hook(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await held.release()
-        assert seen == []
-        assert await stored(backend.store()) == ("", ["p", "q"])
-        await _then_s(sessions, backend.store(), seen)
 
-    backend.run(main)
+    _interrupted(backend, interrupt)
 
 
 def test_a_fold_that_fails_while_awaited_writes_nothing_and_calls_no_hook(backend: Backend) -> None:
-    async def main() -> None:
-        held, seen = Held(), []
-        sessions = _background(backend, held, seen)
-        await _p_q(sessions)
+    async def interrupt(held: Held, sessions: AsyncSessions[Any]) -> None:
         held.fail = True
         with pytest.raises(RuntimeError, match="summarizer down"):
             async with sessions.open("s") as memory:
                 await memory.add_user_message("r")
-        held.fail = False
-        assert seen == []
-        assert await stored(backend.store()) == ("", ["p", "q"])
-        await _then_s(sessions, backend.store(), seen)
 
-    backend.run(main)
+    _interrupted(backend, interrupt)
 
 
 # -- cancelled while the write is in flight ---------------------------------------------------------
@@ -232,12 +229,7 @@ def test_a_thread_backed_write_cancelled_in_flight_still_reaches_the_hook_once(t
         store.gated = True
         task = asyncio.ensure_future(_turn(sessions, "r"))  # folds p
         assert await asyncio.to_thread(store.entered.wait, 30)
-        task.cancel()  # the write goes on in its thread
-        for _ in range(5):
-            await asyncio.sleep(0)
-        store.gate.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled(task, store.gate)  # the write goes on in its thread
         assert seen == ["p"]  # committed, so delivered, once
         assert await stored(store) == ("p", ["q", "r"])
         await _turn(sessions, "s")
@@ -260,12 +252,7 @@ def test_an_async_write_cancelled_in_flight_still_reaches_the_hook_once() -> Non
         store.gated = True
         task = asyncio.ensure_future(_turn(sessions, "r"))
         await store.entered.wait()
-        task.cancel()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        store.gate.set()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled(task, store.gate)
         assert seen == ["p"]
         assert await stored(store) == ("p", ["q", "r"])
 
@@ -285,12 +272,7 @@ def test_a_cancelled_write_that_lost_never_reaches_the_hook() -> None:
         await store.entered.wait()
         await _turn(_folding(store, seen), "x")  # another writer folds p first
         assert seen == ["p"]
-        task.cancel()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        store.gate.set()  # the held fold loses its compare-and-set; the task is cancelled
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled(task, store.gate)  # the held fold loses its compare-and-set
         assert seen == ["p"]
         assert await stored(store) == ("p", ["q", "x"])
 

@@ -3,9 +3,6 @@ folded into the summary exactly once, however many compare-and-set saves were lo
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -27,29 +24,9 @@ def test_processes_appending_to_one_session_lose_and_duplicate_nothing(
     backend = shared_backend
     go = tmp_path / "go"
     arguments = [backend.name, backend.location, backend.namespace, "shared"]
-    workers = [
-        subprocess.Popen(
-            [sys.executable, _support.__file__, *arguments, str(index), str(ADDS), str(go)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for index in range(PROCESSES)
-    ]
-    try:
-        for worker in workers:
-            assert worker.stdout is not None
-            assert worker.stdout.readline() == "ready\n", worker.communicate()[1]
-        go.touch()  # all writers start together
-        outputs = [worker.communicate(timeout=300) for worker in workers]
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-    for worker, (_out, err) in zip(workers, outputs):
-        assert worker.returncode == 0, err
-    retries = sum(json.loads(out)["retries"] for out, _ in outputs)
+    writers = [[*arguments, str(index), str(ADDS), str(go)] for index in range(PROCESSES)]
+    outputs = _support.run_writers(writers, go, timeout=300)
+    retries = sum(output["retries"] for output in outputs)
     assert retries > 0  # the writers did overlap: lost compare-and-sets were written again
 
     # A fold that lost landed its turn's messages as an append: one more turn folds what is left.

@@ -93,9 +93,18 @@ store.close()
 
 
 class _LogServerChecks(ServerStoreChecks):
-    """The server checks, on the log protocol."""
+    """The server checks, on the log protocol, for a PostgresStore (a subclass sets ``control``)."""
 
+    dsn: str
     table: str
+    store_name = "PostgresStore"
+    extra = "postgres"
+    driver_modules = ("psycopg", "psycopg_pool")
+    dead_address = "host=127.0.0.1 port=1"
+    driver_error = staticmethod(lambda: psycopg.OperationalError)
+
+    def outage_store(self) -> PostgresStore:
+        return PostgresStore(self.dsn, table=self.table, timeout=1)
 
     def test_processes_never_lose_an_update(self) -> None:
         """Four processes append at once: every message is kept once, numbered 0..99."""
@@ -119,15 +128,7 @@ class _LogServerChecks(ServerStoreChecks):
 
 
 class TestPostgresStoreServer(_Isolated, _LogServerChecks):
-    store_name = "PostgresStore"
-    extra = "postgres"
-    driver_modules = ("psycopg", "psycopg_pool")
-    dead_address = "host=127.0.0.1 port=1"
     control = staticmethod(postgres_ctl)
-    driver_error = staticmethod(lambda: psycopg.OperationalError)
-
-    def outage_store(self) -> PostgresStore:
-        return PostgresStore(self.dsn, table=self.table, timeout=1)
 
 
 class TestPostgresStoreGivenPool(_Isolated, LogStoreContract):
@@ -577,7 +578,7 @@ def test_a_newer_schema_version_is_refused(dsn: str, table: str) -> None:
 # -- through PgBouncer (transaction pooling; the rollmem_test_session alias pools by session) ----
 
 
-class _ThroughPgBouncer:
+class _ThroughPgBouncer(_Isolated):
     """Each test gets its own tables, reached through PgBouncer, dropped afterwards."""
 
     @pytest.fixture(autouse=True)
@@ -585,12 +586,6 @@ class _ThroughPgBouncer:
         self.dsn, self.table = pgbouncer_dsn(), unique_name("rollmem_test")
         yield
         drop_table(postgres_dsn(), self.table)
-
-    def store_factory(self) -> Callable[[], PostgresStore]:
-        return functools.partial(PostgresStore, self.dsn, table=self.table)
-
-    def make_store(self) -> PostgresStore:
-        return self.store_factory()()
 
 
 class TestPostgresStoreThroughPgBouncer(_ThroughPgBouncer, LogStoreContract):
@@ -604,15 +599,7 @@ class TestPostgresStoreThroughPgBouncerAsync(_ThroughPgBouncer, AsyncLogStoreCon
 class TestPostgresStoreThroughPgBouncerServer(_ThroughPgBouncer, _LogServerChecks):
     """PgBouncer stopped mid-run."""
 
-    store_name = "PostgresStore"
-    extra = "postgres"
-    driver_modules = ("psycopg", "psycopg_pool")
-    dead_address = "host=127.0.0.1 port=1"
     control = staticmethod(pgbouncer_ctl)
-    driver_error = staticmethod(lambda: psycopg.OperationalError)
-
-    def outage_store(self) -> PostgresStore:
-        return PostgresStore(self.dsn, table=self.table, timeout=1)
 
 
 def _turns(store: PostgresStore, session_ids: list[str], turns: int) -> list[BaseException]:

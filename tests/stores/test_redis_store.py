@@ -78,7 +78,13 @@ def _append_worker(
 
 
 class _LogServerChecks(ServerStoreChecks):
-    """The server checks through the log protocol (the shared ones speak the whole-state one)."""
+    """The server checks through the log protocol (the shared ones speak the whole-state one), for a
+    RedisStore (a subclass sets ``control`` and ``driver_error``)."""
+
+    store_name = "RedisStore"
+    extra = "redis"
+    driver_modules = ("redis",)
+    dead_address = "redis://127.0.0.1:1"
 
     def test_processes_never_lose_an_update(self) -> None:
         make_store = self.store_factory()
@@ -126,10 +132,6 @@ class TestRedisStore(_Isolated, LogStoreContract):
 
 
 class TestRedisStoreServer(_Isolated, _LogServerChecks):
-    store_name = "RedisStore"
-    extra = "redis"
-    driver_modules = ("redis",)
-    dead_address = "redis://127.0.0.1:1"
     control = staticmethod(redis_ctl)
     driver_error = staticmethod(lambda: redis.exceptions.ConnectionError)
 
@@ -138,10 +140,8 @@ class TestRedisStoreAsync(_Isolated, AsyncLogStoreContract):
     pass
 
 
-class _ClusterIsolated:
+class _ClusterIsolated(_Isolated):
     """Each contract test gets its own key prefix in the test cluster, deleted afterwards."""
-
-    expires_natively = True
 
     @pytest.fixture(autouse=True)
     def _isolate(self) -> Iterator[None]:
@@ -151,9 +151,6 @@ class _ClusterIsolated:
 
     def store_factory(self) -> Callable[[], RedisStore]:
         return functools.partial(RedisStore, self.url, prefix=self.prefix, cluster=True)
-
-    def make_store(self) -> RedisStore:
-        return self.store_factory()()
 
 
 class TestRedisClusterStore(_ClusterIsolated, LogStoreContract):
@@ -167,10 +164,6 @@ class TestRedisClusterStoreAsync(_ClusterIsolated, AsyncLogStoreContract):
 class TestRedisClusterStoreServer(_ClusterIsolated, _LogServerChecks):
     """The whole cluster stopped mid-run; one node stopped: see test_cluster_primary_stopped_*."""
 
-    store_name = "RedisStore"
-    extra = "redis"
-    driver_modules = ("redis",)
-    dead_address = "redis://127.0.0.1:1"
     control = staticmethod(redis_cluster_ctl)
     driver_error = staticmethod(lambda: redis.exceptions.RedisClusterException)
 
