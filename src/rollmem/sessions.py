@@ -46,7 +46,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast
+from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast, runtime_checkable
 
 from . import _validate as v
 from ._threads import in_thread
@@ -77,8 +77,10 @@ from .stores.rules import new_head, shown
 __all__ = ["AsyncSessions", "Sessions"]
 
 
+@runtime_checkable
 class _SessionMemory(Protocol):
-    """What a session needs from a memory: every rollmem memory class qualifies."""
+    """What a session needs from a memory: every rollmem memory class qualifies (a factory's
+    result is checked against this protocol)."""
 
     @property
     def summary(self) -> str: ...
@@ -357,8 +359,7 @@ class _SessionsBase(Generic[M]):
 
     def _new_memory(self) -> M:
         memory = self._factory()
-        needed = ("record", "replay", "restore", "costs", "on_evict", "token_counter", "summary", "buffer")
-        if not all(hasattr(memory, name) for name in needed):
+        if not isinstance(memory, _SessionMemory):
             raise TypeError(f"factory must return a rollmem memory, got {type(memory).__name__}")
         if not self._async_memories and inspect.iscoroutinefunction(memory.replay):
             raise TypeError(f"{type(memory).__name__} is an async memory: use AsyncSessions")
