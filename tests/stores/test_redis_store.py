@@ -506,9 +506,9 @@ def test_prefixes_with_other_braces_work(url: str, prefix: str) -> None:
 
 
 def test_flags_must_be_bools(url: str) -> None:
-    with pytest.raises(TypeError, match="cluster must be a bool, got int"):
+    with pytest.raises(TypeError, match="cluster: expected bool, got int"):
         RedisStore(url, cluster=1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="legacy_keys must be a bool, got str"):
+    with pytest.raises(TypeError, match="legacy_keys: expected bool, got str"):
         RedisStore(url, legacy_keys="no")  # type: ignore[arg-type]
 
 

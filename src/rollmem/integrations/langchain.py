@@ -227,11 +227,6 @@ def _message_id(messages: Sequence[BaseMessage], index: int) -> str:
     return message_id
 
 
-def _check_callable(name: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"{name}: expected a callable or None, got {v.type_name(value)}")
-
-
 class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):  # type: ignore[misc, unused-ignore]
     """``create_agent`` middleware: the model sees a running summary plus the newest messages.
 
@@ -288,10 +283,9 @@ class RollingMemoryMiddleware(AgentMiddleware[RollingMemoryState]):  # type: ign
         super().__init__()
         # The async memory accepts both kinds of summarizer: it checks the shared arguments.
         AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)
-        _check_callable("pin", pin)
-        _check_callable("summary_message", summary_message)
-        if not isinstance(prune_folded, bool):
-            raise TypeError(f"prune_folded: expected bool, got {v.type_name(prune_folded)}")
+        v.check_callable("pin", pin, optional=True)
+        v.check_callable("summary_message", summary_message, optional=True)
+        v.check_bool("prune_folded", prune_folded)
         self.max_tokens = max_tokens
         self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
         self.summarize_fn = summarize_fn

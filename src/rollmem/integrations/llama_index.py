@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .. import AsyncSummaryMemory, MemoryStats, Message, ToolCall
+from .. import _validate as v
 from .._extras import import_extra
 from ..memory import words
 from ..summarizers import newest_suffix
@@ -158,11 +159,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _check_optional_callable(name: str, value: object) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"{name}: expected a callable or None, got {type(value).__name__}")
-
-
 def _block_text(memory: AsyncSummaryMemory) -> str:
     """What a block shows: the summary, then the pending messages under :data:`PENDING_HEADING`."""
     summary = memory.summary
@@ -178,7 +174,7 @@ def _converted(messages: list[Any], chat_message: type) -> list[Message]:
     batch = []
     for index, message in enumerate(messages):
         if not isinstance(message, chat_message):
-            raise TypeError(f"messages[{index}]: expected ChatMessage, got {type(message).__name__}")
+            raise v.type_error(f"messages[{index}]", "ChatMessage", message)
         batch.append(_convert(message))
     return batch
 
@@ -254,8 +250,8 @@ def _build_block_class() -> type:
 
         def model_post_init(self, context: Any) -> None:
             super().model_post_init(context)
-            _check_optional_callable("token_counter", self.token_counter)
-            _check_optional_callable("on_error", self.on_error)
+            v.check_callable("token_counter", self.token_counter, optional=True)
+            v.check_callable("on_error", self.on_error, optional=True)
             self._memory = AsyncSummaryMemory(self.summarize_fn)  # checks summarize_fn
 
         @classmethod

@@ -171,10 +171,7 @@ class RollingSession:
         archive: Optional[Any] = None,
     ) -> None:
         _require_agents()
-        if not isinstance(session_id, str):
-            raise TypeError(f"session_id: expected str, got {type(session_id).__name__}")
-        if not session_id:
-            raise ValueError("session_id must not be empty")
+        v.check_session_id(session_id)
 
         v.check_callable("on_evict", on_evict, optional=True)
         if archive is not None and not callable(getattr(archive, "add_items", None)):

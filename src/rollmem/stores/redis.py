@@ -26,8 +26,9 @@ from itertools import repeat
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from .. import _validate as v
 from .._extras import import_extra
-from .._validate import check_positive_int, check_positive_number, type_name
+from .._validate import check_positive_int, check_positive_number
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
 from ._legacy import read_state, write_whole
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
@@ -463,9 +464,8 @@ class RedisStore(Closing):
                 "prefix must not contain the empty hash tag '{}': Redis Cluster would hash each key "
                 f"whole and spread one session over several slots, got {prefix!r}"
             )
-        for name, flag in (("cluster", cluster), ("legacy_keys", legacy_keys)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {type_name(flag)}")
+        v.check_bool("cluster", cluster)
+        v.check_bool("legacy_keys", legacy_keys)
         self._prefix = prefix
         self._lock = threading.Lock()
         self._url: Optional[str] = None
