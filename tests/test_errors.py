@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rollmem import errors
@@ -63,3 +65,25 @@ def test_missing_extra_error_says_what_to_install() -> None:
     assert err.name == "tiktoken"
     with pytest.raises(ImportError):
         raise err
+
+
+def test_import_extra_names_the_extra_only_when_its_own_package_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollmem._extras import import_extra, missing_extra
+
+    expected = r"^f needs the 'absent-dist' package: pip install \"rollmem\[x\]\"$"
+    with pytest.raises(MissingExtraError, match=expected):
+        import_extra("rollmem_absent_package.sub", package="absent-dist", extra="x", feature="f")
+    # a package that is installed but imports something missing: a broken install, said as it is
+    (tmp_path / "rollmem_broken_package").mkdir()
+    (tmp_path / "rollmem_broken_package" / "__init__.py").write_text("import rollmem_not_there\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as info:
+        import_extra("rollmem_broken_package", package="broken", extra="x", feature="f")
+    assert not isinstance(info.value, MissingExtraError)
+    assert info.value.name == "rollmem_not_there"
+    assert missing_extra(info.value, {"rollmem_broken_package": "broken"}, extra="x", feature="f") is None
+    found = missing_extra(info.value, {"rollmem_not_there": "dist"}, extra="x", feature="f")
+    assert isinstance(found, MissingExtraError)
+    assert found.package == "dist"

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, Callable, Optional, TextIO, TypeVar
 
 from . import _validate as v
+from ._extras import import_extra
 from .errors import InvalidStateError, MissingExtraError
 from .memory import SummarizeFn, TokenCounter
 from .message import Message
@@ -163,9 +164,10 @@ def _guarded(function: Callable[..., Any], loop: Optional[_EventLoop] = None) ->
 @contextlib.contextmanager
 def _openai_complete(spec: str, model: str) -> Iterator[Callable[[str], str]]:
     try:
-        openai: Any = importlib.import_module("openai")
-    except ImportError:
-        raise SpecError(str(MissingExtraError("openai", "openai", "--summarizer openai:MODEL"))) from None
+        feature = "--summarizer openai:MODEL"
+        openai: Any = import_extra("openai", package="openai", extra="openai", feature=feature)
+    except MissingExtraError as missing:
+        raise SpecError(str(missing)) from None
     try:
         client = openai.OpenAI(api_key=os.environ.get("OPENAI_API_KEY") or OPENAI_DEFAULT_KEY)
     except Exception as error:  # e.g. a malformed OPENAI_BASE_URL

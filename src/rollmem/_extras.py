@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from types import ModuleType
+from typing import Optional
 
 from .errors import MissingExtraError
 
@@ -15,6 +17,17 @@ def import_extra(module: str, *, package: str, extra: str, feature: str) -> Modu
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != module.split(".")[0]:
+        missing = missing_extra(exc, {module.split(".")[0]: package}, extra=extra, feature=feature)
+        if missing is None:
             raise
-        raise MissingExtraError(package, extra, feature) from exc
+        raise missing from exc
+
+
+def missing_extra(
+    exc: ModuleNotFoundError, packages: Mapping[str, str], *, extra: str, feature: str
+) -> Optional[MissingExtraError]:
+    """The :class:`MissingExtraError` to raise for ``exc`` when the top-level module it could not
+    find is one of ``packages`` (module name -> distribution name), else ``None`` (a broken
+    install: let ``exc`` propagate). For a module-level ``from ... import`` of several packages."""
+    package = packages.get((exc.name or "").split(".")[0])
+    return None if package is None else MissingExtraError(package, extra, feature)

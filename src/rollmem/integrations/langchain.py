@@ -29,11 +29,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
+from .._extras import missing_extra
 from ..adapters import for_provider
 from ..adapters.langchain import from_langchain
 from ..changes import Change, Dropped, Folded
 from ..counters import counter_identity, words
-from ..errors import InvalidStateError, MissingExtraError, StateTypeError
+from ..errors import InvalidStateError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..policies import cached_target
@@ -62,12 +63,12 @@ try:
     from langgraph.runtime import Runtime
     from typing_extensions import Annotated, NotRequired, TypeAlias
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without the packages
-    _package = _PACKAGES.get((exc.name or "").split(".")[0])
-    if _package is None:
-        raise
     # The extra installs langchain and langgraph on Python 3.10+ only: say so where that matters.
     _feature = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
-    raise MissingExtraError(_package, "langchain", _feature) from exc
+    _missing = missing_extra(exc, _PACKAGES, extra="langchain", feature=_feature)
+    if _missing is None:
+        raise
+    raise _missing from exc
 
 if TYPE_CHECKING and sys.version_info >= (3, 10):
     _Request: TypeAlias = ModelRequest[Any]
