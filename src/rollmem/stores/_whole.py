@@ -9,12 +9,19 @@ incarnation, so a delete still ends every writer's claim on it). Every write
 loads the state, applies the change with the log rules and saves with the store's
 compare-and-set, retrying when only the whole-state revision moved: correct, but each write
 costs the whole state.
+
+The load and the write are written once, as generator flows that yield the store calls they
+need (``_Load``, ``_Save``) and receive their results (a lost save's ``ConflictError`` is thrown
+back in); :class:`WholeStateLog` runs them on a blocking store, :class:`AsyncWholeStateLog` on an
+asynchronous one (or a blocking one in worker threads). Each call object has both the blocking
+and the asynchronous form of the call.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Union
+from collections.abc import Awaitable, Generator
+from typing import Any, NamedTuple, Optional, TypeVar, Union, cast
 
 from .._threads import in_thread
 from ..errors import ConflictError
@@ -25,6 +32,74 @@ from .rules import Closing, check_load, check_write, shown
 __all__ = ["AsyncWholeStateLog", "WholeStateLog"]
 
 _RETRIES = 100  # saves lost to writers whose changes still allowed ours, before giving up
+_T = TypeVar("_T")
+
+
+# -- the store calls, each in both forms ----------------------------------------------------------
+
+
+class _Load(NamedTuple):
+    session_id: str
+
+    def run(self, store: Store) -> Optional[StoredSession]:
+        return store.load(self.session_id)
+
+    def arun(self, store: AsyncStore) -> Awaitable[Optional[StoredSession]]:
+        return store.aload(self.session_id)
+
+
+class _Save(NamedTuple):
+    session_id: str
+    state: str
+    revision: int
+    ttl: Optional[float]
+
+    def run(self, store: Store) -> int:
+        return store.save(self.session_id, self.state, self.revision, self.ttl)
+
+    def arun(self, store: AsyncStore) -> Awaitable[int]:
+        return store.asave(self.session_id, self.state, self.revision, self.ttl)
+
+
+class _Delete(NamedTuple):
+    session_id: str
+
+    def run(self, store: Store) -> bool:
+        return store.delete(self.session_id)
+
+    def arun(self, store: AsyncStore) -> Awaitable[bool]:
+        return store.adelete(self.session_id)
+
+
+class _Ids(NamedTuple):
+    prefix: str
+
+    def run(self, store: Store) -> list[str]:
+        return store.ids(self.prefix)
+
+    def arun(self, store: AsyncStore) -> Awaitable[list[str]]:
+        return store.aids(self.prefix)
+
+
+class _Purge(NamedTuple):
+    def run(self, store: Store) -> int:
+        return store.purge_expired()
+
+    def arun(self, store: AsyncStore) -> Awaitable[int]:
+        return store.apurge_expired()
+
+
+class _Close(NamedTuple):
+    def run(self, store: Store) -> None:
+        store.close()
+
+    def arun(self, store: AsyncStore) -> Awaitable[None]:
+        return store.aclose()
+
+
+_Call = Union[_Load, _Save, _Delete, _Ids, _Purge, _Close]
+# A load or a write: yields store calls, receives their results (a save's ConflictError thrown in).
+_Flow = Generator[_Call, Any, _T]
 
 
 def _dump(value: Any) -> str:
@@ -62,6 +137,33 @@ def _gave_up(session_id: str) -> ConflictError:
     return ConflictError(f"session {shown(session_id)}: not saved after {_RETRIES} lost saves")
 
 
+def _load_flow(session_id: str, since: Optional[Head]) -> _Flow[Optional[StoredLog]]:
+    check_load(session_id, since)
+    return _loaded(session_id, (yield _Load(session_id)))
+
+
+def _write_flow(session_id: str, change: LogWrite) -> _Flow[Head]:
+    check_write(session_id, change)
+    last: Optional[ConflictError] = None
+    for _ in range(_RETRIES):
+        text, revision, head = _step(session_id, (yield _Load(session_id)), change)
+        try:
+            yield _Save(session_id, text, revision, change.ttl)
+        except ConflictError as exc:
+            last = exc
+            continue
+        return head
+    raise _gave_up(session_id) from last
+
+
+def _advance(flow: _Flow[_T], result: Any, error: Optional[ConflictError]) -> tuple[bool, Any]:
+    """Send ``result`` (or throw ``error``) into ``flow``: ``(False, call)`` or ``(True, its result)``."""
+    try:
+        return False, (flow.send(result) if error is None else flow.throw(error))
+    except StopIteration as stop:
+        return True, stop.value
+
+
 class WholeStateLog(Closing):
     """A :class:`~rollmem.stores.Store` (whole state, compare-and-set saves) as a
     :class:`~rollmem.stores.LogStore`; :class:`~rollmem.sessions.Sessions` wraps such stores in it."""
@@ -73,25 +175,24 @@ class WholeStateLog(Closing):
     def __repr__(self) -> str:
         return f"WholeStateLog({self.store!r})"
 
+    def _run(self, flow: _Flow[_T]) -> _T:
+        done, item = _advance(flow, None, None)
+        while not done:
+            try:
+                result, error = item.run(self.store), None
+            except ConflictError as exc:
+                result, error = None, exc
+            done, item = _advance(flow, result, error)
+        return cast(_T, item)
+
     def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """The live session (``since`` is ignored: the whole state is read anyway)."""
-        check_load(session_id, since)
-        return _loaded(session_id, self.store.load(session_id))
+        return self._run(_load_flow(session_id, since))
 
     def write(self, session_id: str, change: LogWrite) -> Head:
         """Load, apply ``change`` by the log rules, save with compare-and-set; retried while only
         the whole-state revision moved."""
-        check_write(session_id, change)
-        last: Optional[ConflictError] = None
-        for _ in range(_RETRIES):
-            text, revision, head = _step(session_id, self.store.load(session_id), change)
-            try:
-                self.store.save(session_id, text, revision, change.ttl)
-            except ConflictError as exc:
-                last = exc
-                continue
-            return head
-        raise _gave_up(session_id) from last
+        return self._run(_write_flow(session_id, change))
 
     def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if a live one was there."""
@@ -118,42 +219,42 @@ class AsyncWholeStateLog(Closing):
         self.store = store
         """The whole-state store underneath."""
 
-    def _call(self, name: str, *args: Any) -> Any:
-        if isinstance(self.store, AsyncStore):
-            return getattr(self.store, "a" + name)(*args)
-        return in_thread(getattr(self.store, name), *args)
+    async def _call(self, call: _Call) -> Any:
+        store = self.store
+        if isinstance(store, AsyncStore):
+            return await call.arun(store)
+        return await in_thread(call.run, store)
+
+    async def _run(self, flow: _Flow[_T]) -> _T:
+        done, item = _advance(flow, None, None)
+        while not done:
+            try:
+                result, error = await self._call(item), None
+            except ConflictError as exc:
+                result, error = None, exc
+            done, item = _advance(flow, result, error)
+        return cast(_T, item)
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`WholeStateLog.load`."""
-        check_load(session_id, since)
-        return _loaded(session_id, await self._call("load", session_id))
+        return await self._run(_load_flow(session_id, since))
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head:
         """Async twin of :meth:`WholeStateLog.write`."""
-        check_write(session_id, change)
-        last: Optional[ConflictError] = None
-        for _ in range(_RETRIES):
-            text, revision, head = _step(session_id, await self._call("load", session_id), change)
-            try:
-                await self._call("save", session_id, text, revision, change.ttl)
-            except ConflictError as exc:
-                last = exc
-                continue
-            return head
-        raise _gave_up(session_id) from last
+        return await self._run(_write_flow(session_id, change))
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`WholeStateLog.delete`."""
-        return bool(await self._call("delete", session_id))
+        return bool(await self._call(_Delete(session_id)))
 
     async def aids(self, prefix: str = "") -> list[str]:
         """Async twin of :meth:`WholeStateLog.ids`."""
-        return list(await self._call("ids", prefix))
+        return list(await self._call(_Ids(prefix)))
 
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`WholeStateLog.purge_expired`."""
-        return int(await self._call("purge_expired"))
+        return int(await self._call(_Purge()))
 
     async def aclose(self) -> None:
         """Async twin of :meth:`WholeStateLog.close`."""
-        await self._call("close")
+        await self._call(_Close())

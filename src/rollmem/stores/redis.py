@@ -10,6 +10,14 @@ session lives in one hash slot, so each script stays legal in a cluster. Session
 earlier releases (one JSON state in a hash) are read until their next write (or
 :meth:`RedisStore.migrate`, ``rollmem migrate``) moves them, in that write's script; that
 read-through is removed in 1.0.
+
+Each operation is written once, as a generator flow (``_load_flow``, ``_write_flow``,
+``_migrate_flow``, ``_delete_flow``, ``_ids_flow``) that yields the Redis calls it needs as
+small command objects (``_Script``: a script with its keys and arguments; ``_ReadAll``: a whole
+load's MULTI/EXEC; ``_Exists``, ``_Delete``, ``_Scan``) and receives their replies; ``_drive``
+runs a flow on the blocking client and ``_adrive`` on the asyncio one, each call inside the
+store's guards (an operation slot in a cluster, driver errors as ``StoreUnavailableError``), as
+:mod:`rollmem.stores.postgres` does with SQL statements.
 """
 
 from __future__ import annotations
@@ -20,11 +28,11 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from itertools import repeat
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union, cast
 
 from .. import _validate as v
 from .._extras import import_extra
@@ -308,6 +316,48 @@ _TAGGED_TAIL = re.compile(r"\{[^{}]+\}:[a-z]+\Z")
 # What follows the prefix in a session's head key (or its whole-state key of the previous
 # layout): the group is the encoded session id.
 _HEAD = re.compile(r"\{([^{}]+)\}:(?:head|state)\Z")
+
+# -- the Redis calls an operation's flow yields ------------------------------------------------
+
+_SCRIPTS = (_LOAD_SCRIPT, _WRITE_SCRIPT)
+
+
+class _Script(NamedTuple):
+    """Run ``_SCRIPTS[which]`` (0: load, 1: write) with ``keys`` and ``args``; reply: its reply."""
+
+    which: int
+    keys: list[str]
+    args: list[str]
+
+
+class _ReadAll(NamedTuple):
+    """A whole load's reads in one MULTI/EXEC (see :meth:`RedisStore._read_all`); reply: their replies."""
+
+    keys: list[str]
+
+
+class _Exists(NamedTuple):
+    """``EXISTS key``; reply: the count."""
+
+    key: str
+
+
+class _Delete(NamedTuple):
+    """``DEL keys``; reply: how many went."""
+
+    keys: list[str]
+
+
+class _Scan(NamedTuple):
+    """SCAN for ``pattern`` to the end (in a cluster: on every primary); reply: the keys, as a set of str."""
+
+    pattern: str
+
+
+_Command = Union[_Script, _ReadAll, _Exists, _Delete, _Scan]
+T = TypeVar("T")
+# A store operation: yields the Redis calls it needs, receives their replies, returns its result.
+Flow = Generator[_Command, Any, T]
 
 
 def _register(client: Any) -> Any:
@@ -866,48 +916,32 @@ class RedisStore(Closing):
                 found.add(rest)
         return sorted(session_id for session_id in found if session_id.startswith(prefix))
 
-    def _run(self, client: Any, script: Any, source: str, keys: list[str], args: list[str]) -> Any:
-        try:
-            return script(keys=keys, args=args)
-        except _import_redis().exceptions.NoScriptError:
-            # The script's node lost its cache (restart, failover) and the driver's reload
-            # went to the primaries it knew: send the script itself.
-            return client.eval(source, len(keys), *keys, *args)
+    @staticmethod
+    def _begin(client: Any, command: Union[_ReadAll, _Exists, _Delete]) -> Any:
+        """Send a command that is one driver call: its reply (a blocking client) or an awaitable of it."""
+        if isinstance(command, _ReadAll):
+            pipeline = client.pipeline(transaction=True)
+            RedisStore._read_all(pipeline, command.keys)
+            return pipeline.execute()
+        if isinstance(command, _Exists):
+            return client.exists(command.key)
+        return client.delete(*command.keys)
 
-    async def _arun(self, client: Any, script: Any, source: str, keys: list[str], args: list[str]) -> Any:
-        try:
-            return await script(keys=keys, args=args)
-        except _import_redis().exceptions.NoScriptError:  # see _run
-            return await client.eval(source, len(keys), *keys, *args)
+    # -- flows: each operation once, yielding its Redis calls ---------------------------------
 
-    # -- blocking methods ------------------------------------------------------------------------
-
-    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """The live session, or ``None`` when it is absent or expired: one round trip (a script,
-        or off a cluster a MULTI/EXEC for a whole load). With ``since`` (same incarnation and
-        revision as the live head) only the entries appended after it."""
+    def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
         check_load(session_id, since)
         keys = self._keys(session_id)
-        client, scripts = self._sync_client()
-        with self._guard("load", session_id):
-            if since is None and not self._cluster:
-                pipeline = client.pipeline(transaction=True)
-                self._read_all(pipeline, keys)
-                return self._snapshot(session_id, pipeline.execute())
-            reply = self._run(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(since))
-        return self._loaded(session_id, reply)
+        if since is None and not self._cluster:
+            return self._snapshot(session_id, (yield _ReadAll(keys)))
+        return self._loaded(session_id, (yield _Script(0, keys, self._load_args(since))))
 
-    def write(self, session_id: str, change: LogWrite) -> Head:
-        """Apply ``change`` in one atomic script and return the new head; else raise
-        ``ConflictError`` and write nothing. A session of the previous layouts moves to the
-        head and log keys (its old keys deleted) in the script of its first write."""
+    def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
         check_write(session_id, change)
         keys = self._keys(session_id)
-        client, scripts = self._sync_client()
         args = self._write_args(change, uuid.uuid4().hex)
         for _ in range(_RETRIES):
-            with self._guard("write", session_id):
-                reply = self._run(client, scripts[1], _WRITE_SCRIPT, keys, args)
+            reply = yield _Script(1, keys, args)
             if _text(reply[0]) == "retry":
                 args = self._write_args(change, uuid.uuid4().hex)
                 continue
@@ -919,47 +953,108 @@ class RedisStore(Closing):
             f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
         )
 
-    def migrate(self, session_id: str, *, dry_run: bool = False) -> bool:
-        """Move the session from an old-layout key to the head and log keys, as it is (head,
-        entries, expiry), in one atomic script; ``True`` if it was there (with ``dry_run``: it
-        would move, nothing is written), ``False`` if it is already in the log layout or absent.
-        A stored state that cannot be read raises ``InvalidStateError`` and stays where it is."""
+    def _migrate_flow(self, session_id: str, dry_run: bool) -> Flow[bool]:
         keys = self._keys(session_id)
-        client, scripts = self._sync_client()
         for _ in range(_RETRIES):
-            with self._guard("migration", session_id):
-                if client.exists(keys[0]):  # current: not read whole
-                    return False
-                reply = self._run(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(None))
+            if (yield _Exists(keys[0])):  # current: not read whole
+                return False
+            reply = yield _Script(0, keys, self._load_args(None))
             if _text(reply[0]) != "s":
                 return False
             head, entries, index, revision = self._old(session_id, reply)
             if dry_run:
                 return True
-            args = self._move_args(head, entries, "keep", index, revision)
-            with self._guard("migration", session_id):
-                reply = self._run(client, scripts[1], _WRITE_SCRIPT, keys, args)
+            reply = yield _Script(1, keys, self._move_args(head, entries, "keep", index, revision))
             if _text(reply[0]) == "ok":
                 return True
         raise ConflictError(
             f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
         )
 
+    def _delete_flow(self, session_id: str) -> Flow[bool]:
+        return bool((yield _Delete(self._keys(session_id))))
+
+    def _ids_flow(self, prefix: str) -> Flow[list[str]]:
+        pattern = self._ids_pattern(prefix)
+        return self._ids((yield _Scan(pattern)), prefix)
+
+    # -- drivers ---------------------------------------------------------------------------------
+
+    def _drive(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
+        """Run ``flow`` on the blocking client (made at its first command), each call in :meth:`_guard`."""
+        reply: Any = None
+        while True:
+            try:
+                command = flow.send(reply)
+            except StopIteration as stop:
+                return cast(T, stop.value)
+            client, scripts = self._sync_client()
+            with self._guard(action, session_id):
+                if isinstance(command, _Script):
+                    try:
+                        reply = scripts[command.which](keys=command.keys, args=command.args)
+                    except _import_redis().exceptions.NoScriptError:
+                        # The script's node lost its cache (restart, failover) and the driver's
+                        # reload went to the primaries it knew: send the script itself.
+                        reply = client.eval(
+                            _SCRIPTS[command.which], len(command.keys), *command.keys, *command.args
+                        )
+                elif isinstance(command, _Scan):
+                    reply = {_text(key) for key in client.scan_iter(match=command.pattern, count=1000)}
+                else:
+                    reply = self._begin(client, command)
+
+    async def _adrive(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
+        """Async twin of :meth:`_drive`, on the asyncio client, each call in :meth:`_aguard`."""
+        reply: Any = None
+        while True:
+            try:
+                command = flow.send(reply)
+            except StopIteration as stop:
+                return cast(T, stop.value)
+            client, scripts = await self._async_client()
+            async with self._aguard(action, session_id):
+                if isinstance(command, _Script):
+                    try:
+                        reply = await scripts[command.which](keys=command.keys, args=command.args)
+                    except _import_redis().exceptions.NoScriptError:  # see _drive
+                        reply = await client.eval(
+                            _SCRIPTS[command.which], len(command.keys), *command.keys, *command.args
+                        )
+                elif isinstance(command, _Scan):
+                    reply = {_text(key) async for key in client.scan_iter(match=command.pattern, count=1000)}
+                else:
+                    reply = await self._begin(client, command)
+
+    # -- blocking methods ------------------------------------------------------------------------
+
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """The live session, or ``None`` when it is absent or expired: one round trip (a script,
+        or off a cluster a MULTI/EXEC for a whole load). With ``since`` (same incarnation and
+        revision as the live head) only the entries appended after it."""
+        return self._drive("load", session_id, self._load_flow(session_id, since))
+
+    def write(self, session_id: str, change: LogWrite) -> Head:
+        """Apply ``change`` in one atomic script and return the new head; else raise
+        ``ConflictError`` and write nothing. A session of the previous layouts moves to the
+        head and log keys (its old keys deleted) in the script of its first write."""
+        return self._drive("write", session_id, self._write_flow(session_id, change))
+
+    def migrate(self, session_id: str, *, dry_run: bool = False) -> bool:
+        """Move the session from an old-layout key to the head and log keys, as it is (head,
+        entries, expiry), in one atomic script; ``True`` if it was there (with ``dry_run``: it
+        would move, nothing is written), ``False`` if it is already in the log layout or absent.
+        A stored state that cannot be read raises ``InvalidStateError`` and stays where it is."""
+        return self._drive("migration", session_id, self._migrate_flow(session_id, dry_run))
+
     def delete(self, session_id: str) -> bool:
         """Remove the session (every key of it); ``True`` if a live one was there."""
-        keys = self._keys(session_id)
-        client, _ = self._sync_client()
-        with self._guard("delete", session_id):
-            return bool(client.delete(*keys))
+        return self._drive("delete", session_id, self._delete_flow(session_id))
 
     def ids(self, prefix: str = "") -> list[str]:
         """The ids of the live sessions that start with ``prefix``, sorted (in a cluster: of
         every primary)."""
-        pattern = self._ids_pattern(prefix)
-        client, _ = self._sync_client()
-        with self._guard("listing"):
-            keys = {_text(key) for key in client.scan_iter(match=pattern, count=1000)}
-        return self._ids(keys, prefix)
+        return self._drive("listing", None, self._ids_flow(prefix))
 
     def purge_expired(self) -> int:
         """Return 0: Redis removes expired sessions by itself."""
@@ -981,51 +1076,19 @@ class RedisStore(Closing):
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        check_load(session_id, since)
-        keys = self._keys(session_id)
-        client, scripts = await self._async_client()
-        async with self._aguard("load", session_id):
-            if since is None and not self._cluster:
-                pipeline = client.pipeline(transaction=True)
-                self._read_all(pipeline, keys)
-                return self._snapshot(session_id, await pipeline.execute())
-            reply = await self._arun(client, scripts[0], _LOAD_SCRIPT, keys, self._load_args(since))
-        return self._loaded(session_id, reply)
+        return await self._adrive("load", session_id, self._load_flow(session_id, since))
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head:
         """Async twin of :meth:`write`."""
-        check_write(session_id, change)
-        keys = self._keys(session_id)
-        client, scripts = await self._async_client()
-        args = self._write_args(change, uuid.uuid4().hex)
-        for _ in range(_RETRIES):
-            async with self._aguard("write", session_id):
-                reply = await self._arun(client, scripts[1], _WRITE_SCRIPT, keys, args)
-            if _text(reply[0]) == "retry":
-                args = self._write_args(change, uuid.uuid4().hex)
-                continue
-            step = self._step(session_id, change, reply)
-            if isinstance(step, Head):
-                return step
-            args = step[0]
-        raise ConflictError(
-            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
-        )
+        return await self._adrive("write", session_id, self._write_flow(session_id, change))
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
-        keys = self._keys(session_id)
-        client, _ = await self._async_client()
-        async with self._aguard("delete", session_id):
-            return bool(await client.delete(*keys))
+        return await self._adrive("delete", session_id, self._delete_flow(session_id))
 
     async def aids(self, prefix: str = "") -> list[str]:
         """Async twin of :meth:`ids`."""
-        pattern = self._ids_pattern(prefix)
-        client, _ = await self._async_client()
-        async with self._aguard("listing"):
-            keys = {_text(key) async for key in client.scan_iter(match=pattern, count=1000)}
-        return self._ids(keys, prefix)
+        return await self._adrive("listing", None, self._ids_flow(prefix))
 
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`purge_expired`."""
