@@ -570,9 +570,26 @@ class AgentsSession(_Integration):
         )
 
     def push(self, messages: list[Message]) -> None:
-        from rollmem.adapters import to_openai_responses
-
-        self.run(self.session.add_items(to_openai_responses(messages)))
+        first = messages[0]
+        items: list[dict[str, Any]] = []
+        if first.role == TOOL:  # the items the SDK saves, as a model run produces them
+            items = [
+                {"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content}
+                for m in messages
+            ]
+        elif first.role == ASSISTANT:
+            if first.content:
+                text = {"type": "output_text", "text": first.content, "annotations": []}
+                items.append(
+                    {"type": "message", "role": "assistant", "content": [text], "status": "completed"}
+                )
+            items += [
+                {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in first.tool_calls
+            ]
+        else:
+            items.append({"role": "user", "content": first.content})
+        self.run(self.session.add_items(items))
 
     def render(self) -> list[Message]:
         from rollmem.adapters import from_openai_responses
@@ -1040,7 +1057,9 @@ def plot(
     path: str,
     provider: str,
 ) -> None:
-    """Cumulative billed tokens against turns, one line per memory (matplotlib, the bench extra)."""
+    """Cumulative billed tokens against turns, one line per memory (matplotlib, the bench extra);
+    the integration rows other than the middleware are left out (their lines lie on the
+    recommended configuration's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1048,7 +1067,7 @@ def plot(
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
     colors = plt.get_cmap("tab20").colors
-    for n, key in enumerate(k for k in keys if (k, budget) in results):
+    for n, key in enumerate(k for k in keys if (k, budget) in results and k not in FRAMEWORKS):
         series = results[(key, budget)][horizon]["cumulative"]
         style = "--" if key in PEERS else "-"  # peers dashed, rollmem solid
         width = 2.4 if key in CANDIDATES else 1.3
