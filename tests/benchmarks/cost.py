@@ -61,7 +61,7 @@ from cost_workload import SYSTEM_PROMPT, timed_turns
 from peers import CANNED_SUMMARY, FakeSummarizer, LangChainPeer, _langchain_llm, _llama_llm
 from pricing import DEFAULT_PROVIDER, PRICES, Pricing
 
-from rollmem import ASSISTANT, SYSTEM, TOOL, RollingMemory
+from rollmem import ASSISTANT, SYSTEM, TOOL, USER, RollingMemory
 from rollmem.message import Message
 from rollmem.summarizers import cached_summarizer, prompt_summarizer
 
@@ -231,6 +231,12 @@ class Driver:
         """The messages the model gets after the system prompt (the summary first, if any)."""
         raise NotImplementedError
 
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        """A ``cached_summarizer`` request (system prompt, ``Message("system", summary)``, evicted
+        messages, instruction) as the fake ``complete`` sends it: the way this memory renders its
+        requests (``get_messages`` and most integrations: the summary as a system message)."""
+        return messages
+
 
 def _block(message: Message) -> Block:
     return (message.role, message.token_text())
@@ -242,7 +248,8 @@ def _summarize_fn(driver: Driver, shared: bool) -> Any:
     if not shared:
         return prompt_summarizer(driver.summarizer.record)
     return cached_summarizer(
-        lambda messages: driver.summarizer.record_request(driver.now, messages), system=SYSTEM_PROMPT
+        lambda messages: driver.summarizer.record_request(driver.now, driver.rendered(messages)),
+        system=SYSTEM_PROMPT,
     )
 
 
@@ -551,6 +558,13 @@ class _Integration(Driver):
         raise NotImplementedError
 
 
+def _summary_as(messages: list[Message], render: Callable[[str], list[Message]]) -> list[Message]:
+    """``messages`` (a ``cached_summarizer`` request) with its summary message rendered by ``render``."""
+    if len(messages) < 2 or messages[1].role != SYSTEM:
+        return messages
+    return [messages[0], *render(messages[1].content), *messages[2:]]
+
+
 def _without_system_prompt(messages: list[Message]) -> list[Message]:
     assert messages, "the request must open with the system prompt"
     assert messages[0].content == SYSTEM_PROMPT, "the request must open with the system prompt"
@@ -590,6 +604,11 @@ class AgentsSession(_Integration):
         else:
             items.append({"role": "user", "content": first.content})
         self.run(self.session.add_items(items))
+
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        from rollmem.integrations.openai_agents import SUMMARY_HEADER
+
+        return _summary_as(messages, lambda summary: [Message(SYSTEM, SUMMARY_HEADER + summary)])
 
     def render(self) -> list[Message]:
         from rollmem.adapters import from_openai_responses
@@ -697,6 +716,11 @@ class AdkPlugin(_Integration):
             self.history.append(types.Content(role="user", parts=parts))
         else:
             self.history.append(types.Content(role="user", parts=[types.Part(text=first.content)]))
+
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        from rollmem.integrations.google_adk import summary_instruction
+
+        return _summary_as(messages, lambda summary: [Message(SYSTEM, summary_instruction(summary))])
 
     def render(self) -> list[Message]:
         from google.adk.agents.callback_context import CallbackContext
@@ -825,6 +849,18 @@ class StrandsManager(_Integration):
             self.agent.messages.append({"role": "user", "content": results})
         else:
             self.agent.messages.append({"role": "user", "content": [{"text": first.content}]})
+
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        """The summary as the first text of the first user turn: of the first evicted message
+        when it is the user's, else a turn of its own (what the manager renders)."""
+        from rollmem.integrations.strands import SUMMARY_HEADER
+
+        if len(messages) < 3 or messages[1].role != SYSTEM:
+            return messages
+        text, first = SUMMARY_HEADER + messages[1].content, messages[2]
+        if first.role == USER and not first.tool_calls and first.tool_call_id is None:
+            return [messages[0], Message(USER, f"{text}\n{first.content}"), *messages[3:]]
+        return [messages[0], Message(USER, text), *messages[2:]]
 
     def render(self) -> list[Message]:
         from rollmem.integrations.strands import to_rollmem
