@@ -28,16 +28,26 @@ langchain-classic ``ConversationSummaryBufferMemory`` (``prune()`` after each me
 (langchain-core ``trim_messages``: the newest messages within the budget, starting on a user turn)
 and no memory (the whole history). rollmem's ``RollingMemoryMiddleware`` is driven the same way as
 ``SummarizationMiddleware`` (``before_model``, then ``wrap_model_call`` captures what it sends).
+rollmem's other integrations, each at its defaults with the same ``cached_summarizer``, are driven
+through their own hook with their framework's message objects (the request converted back to
+rollmem messages the way the integration converts them): the Agents SDK ``RollingSession``
+(``add_items`` per item, ``get_items()`` per call), the pydantic-ai processor (the whole history,
+the system prompt as the agent's ``instructions``), the Google ADK plugin
+(``before_model_callback``; its summary, appended to the system instruction, is a block after the
+system prompt), the Agent Framework ``RollingCompaction`` (the messages not marked excluded) and
+the Strands ``RollingConversationManager`` (``agent.messages`` after ``apply_management``). A
+default run skips the rows whose framework is not installed.
 
 Goal lines (issue 18): at 500 and 2,000 turns and every budget, rollmem's recommended configuration
 (``RollingMemory.cached`` with ``cached_summarizer``) and ``RollingMemoryMiddleware`` at its defaults
-(with the same summarizer) bill at most 0.9x the
+(with the same summarizer), and every other integration at its defaults, bill at most 0.9x the
 cheapest peer while keeping at least 0.9x that peer's mean conversation tokens per request.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -51,7 +61,7 @@ from cost_workload import SYSTEM_PROMPT, timed_turns
 from peers import CANNED_SUMMARY, FakeSummarizer, LangChainPeer, _langchain_llm, _llama_llm
 from pricing import DEFAULT_PROVIDER, PRICES, Pricing
 
-from rollmem import ASSISTANT, RollingMemory
+from rollmem import ASSISTANT, SYSTEM, TOOL, USER, RollingMemory
 from rollmem.message import Message
 from rollmem.summarizers import cached_summarizer, prompt_summarizer
 
@@ -221,6 +231,12 @@ class Driver:
         """The messages the model gets after the system prompt (the summary first, if any)."""
         raise NotImplementedError
 
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        """A ``cached_summarizer`` request (system prompt, ``Message("system", summary)``, evicted
+        messages, instruction) as the fake ``complete`` sends it: the way this memory renders its
+        requests (``get_messages`` and most integrations: the summary as a system message)."""
+        return messages
+
 
 def _block(message: Message) -> Block:
     return (message.role, message.token_text())
@@ -232,7 +248,8 @@ def _summarize_fn(driver: Driver, shared: bool) -> Any:
     if not shared:
         return prompt_summarizer(driver.summarizer.record)
     return cached_summarizer(
-        lambda messages: driver.summarizer.record_request(driver.now, messages), system=SYSTEM_PROMPT
+        lambda messages: driver.summarizer.record_request(driver.now, driver.rendered(messages)),
+        system=SYSTEM_PROMPT,
     )
 
 
@@ -494,6 +511,364 @@ class NoMemory(Driver):
         return list(self.blocks)
 
 
+# -- rollmem's other integrations, each at its defaults, driven through its own hook ----------------
+
+
+class _Integration(Driver):
+    """An integration driven with its framework's own message objects: ``push`` adds one message
+    (tool results that follow one another arrive as one batch, as the frameworks group parallel
+    results), ``render`` runs the integration's hook before a model call and returns the request
+    as rollmem messages (converted the way the integration converts them), system prompt excluded.
+    Each block is ``(role, token_text)``, so requests are billed and sized as the other rows'."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        super().__init__(budget, count, summarizer)
+        self.summarize = _summarize_fn(self, True)
+        self.names: dict[str, str] = {}  # tool call id -> tool name (results need it)
+        self.tools: list[Message] = []  # tool results not pushed yet
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, awaitable: Any) -> Any:
+        return self.loop.run_until_complete(awaitable)
+
+    def add(self, message: Message, now: float) -> None:
+        self.now = now
+        if message.role == TOOL:
+            self.tools.append(message)
+            return
+        self._flush()
+        for call in message.tool_calls:
+            self.names[call.id] = call.name
+        self.push([message])
+
+    def _flush(self) -> None:
+        if self.tools:
+            tools, self.tools = self.tools, []
+            self.push(tools)
+
+    def request(self, now: float) -> list[Block]:
+        self.now = now
+        self._flush()
+        return [_block(m) for m in self.render()]
+
+    def push(self, messages: list[Message]) -> None:
+        raise NotImplementedError
+
+    def render(self) -> list[Message]:
+        raise NotImplementedError
+
+
+def _summary_as(messages: list[Message], render: Callable[[str], list[Message]]) -> list[Message]:
+    """``messages`` (a ``cached_summarizer`` request) with its summary message rendered by ``render``."""
+    if len(messages) < 2 or messages[1].role != SYSTEM:
+        return messages
+    return [messages[0], *render(messages[1].content), *messages[2:]]
+
+
+def _without_system_prompt(messages: list[Message]) -> list[Message]:
+    assert messages, "the request must open with the system prompt"
+    assert messages[0].content == SYSTEM_PROMPT, "the request must open with the system prompt"
+    return messages[1:]
+
+
+class AgentsSession(_Integration):
+    """The Agents SDK ``RollingSession`` at its defaults: each item is added as the SDK saves it
+    (``add_items`` after each step), and a model call sends ``get_items()`` (Responses items)."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        from rollmem.integrations.openai_agents import RollingSession
+
+        super().__init__(budget, count, summarizer)
+        self.session = RollingSession(
+            "bench", max_tokens=budget, summarize_fn=self.summarize, token_counter=count
+        )
+
+    def push(self, messages: list[Message]) -> None:
+        first = messages[0]
+        items: list[dict[str, Any]] = []
+        if first.role == TOOL:  # the items the SDK saves, as a model run produces them
+            items = [
+                {"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content}
+                for m in messages
+            ]
+        elif first.role == ASSISTANT:
+            if first.content:
+                text = {"type": "output_text", "text": first.content, "annotations": []}
+                items.append(
+                    {"type": "message", "role": "assistant", "content": [text], "status": "completed"}
+                )
+            items += [
+                {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in first.tool_calls
+            ]
+        else:
+            items.append({"role": "user", "content": first.content})
+        self.run(self.session.add_items(items))
+
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        from rollmem.integrations.openai_agents import SUMMARY_HEADER
+
+        return _summary_as(messages, lambda summary: [Message(SYSTEM, SUMMARY_HEADER + summary)])
+
+    def render(self) -> list[Message]:
+        from rollmem.adapters import from_openai_responses
+
+        return from_openai_responses(self.run(self.session.get_items()))
+
+
+class PydanticAIHistory(_Integration):
+    """The pydantic-ai processor ``rolling_history`` at its defaults, handed the whole history an
+    app keeps (``result.all_messages()``) before each model call; the request is the processed
+    list. The system prompt is the agent's ``instructions`` (sent apart from the history), or with
+    ``in_history`` its ``system_prompt``: a ``SystemPromptPart`` opening the first request, which
+    the processor pins and counts against ``max_tokens``."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, in_history: bool = False) -> None:
+        import pydantic_ai.messages as pai
+
+        from rollmem.integrations.pydantic_ai import rolling_history
+
+        super().__init__(budget, count, summarizer)
+        self.pai = pai
+        self.in_history = in_history
+        self.processor = rolling_history(budget, self.summarize, count)
+        self.history: list[Any] = []
+
+    def push(self, messages: list[Message]) -> None:
+        pai = self.pai
+        first = messages[0]
+        if first.role == ASSISTANT:
+            parts: list[Any] = [pai.TextPart(first.content)] if first.content else []
+            parts += [pai.ToolCallPart(c.name, c.arguments, c.id) for c in first.tool_calls]
+            self.history.append(pai.ModelResponse(parts=parts))
+        elif first.role == TOOL:
+            parts = [
+                pai.ToolReturnPart(self.names[m.tool_call_id or ""], m.content, m.tool_call_id)
+                for m in messages
+            ]
+            self.history.append(pai.ModelRequest(parts=parts))
+        else:
+            opening = [] if self.history or not self.in_history else [pai.SystemPromptPart(SYSTEM_PROMPT)]
+            self.history.append(pai.ModelRequest(parts=[*opening, pai.UserPromptPart(first.content)]))
+
+    def render(self) -> list[Message]:
+        from rollmem.integrations import pydantic_ai as integration
+
+        out: list[Message] = []
+        for n, message in enumerate(self.run(self.processor(None, list(self.history)))):
+            if message.kind == "response":
+                out.append(integration._response_message(self.pai, message))
+                continue
+            for k, part in enumerate(message.parts):
+                converted = integration._request_message(self.pai, part, n == 0 and k == 0)
+                if converted is not None:
+                    out.append(converted)
+        return _without_system_prompt(out) if self.in_history else out
+
+
+class AdkPlugin(_Integration):
+    """Google ADK ``RollingMemoryPlugin`` at its defaults: ``before_model_callback`` with ADK's
+    ``CallbackContext`` on an in-memory session and an ``LlmRequest`` of copies of every content
+    (the system prompt as the agent's instruction); the request is the rewritten contents after
+    the system instruction (the summary it appends is a block of its own after the prompt)."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        from google.adk.agents import LlmAgent
+        from google.adk.agents.invocation_context import InvocationContext
+        from google.adk.sessions import InMemorySessionService, Session
+        from google.genai import types
+
+        from rollmem.integrations.google_adk import RollingMemoryPlugin
+
+        super().__init__(budget, count, summarizer)
+        self.types = types
+        self.plugin = RollingMemoryPlugin(budget, self.summarize, count)
+        agent = LlmAgent(name="bench", model="gemini-2.5-flash")  # never called
+        session = Session(id="bench", app_name="bench", user_id="bench")
+        self.context = InvocationContext(
+            session_service=InMemorySessionService(), invocation_id="bench", agent=agent, session=session
+        )
+        self.history: list[Any] = []
+
+    def push(self, messages: list[Message]) -> None:
+        types = self.types
+        first = messages[0]
+        if first.role == ASSISTANT:
+            parts = [types.Part(text=first.content)] if first.content else []
+            parts += [
+                types.Part(
+                    function_call=types.FunctionCall(id=c.id, name=c.name, args=json.loads(c.arguments))
+                )
+                for c in first.tool_calls
+            ]
+            self.history.append(types.Content(role="model", parts=parts))
+        elif first.role == TOOL:
+            parts = [
+                types.Part(
+                    function_response=types.FunctionResponse(
+                        id=m.tool_call_id,
+                        name=self.names[m.tool_call_id or ""],
+                        response={"result": m.content},
+                    )
+                )
+                for m in messages
+            ]
+            self.history.append(types.Content(role="user", parts=parts))
+        else:
+            self.history.append(types.Content(role="user", parts=[types.Part(text=first.content)]))
+
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        from rollmem.integrations.google_adk import summary_instruction
+
+        return _summary_as(messages, lambda summary: [Message(SYSTEM, summary_instruction(summary))])
+
+    def render(self) -> list[Message]:
+        from google.adk.agents.callback_context import CallbackContext
+        from google.adk.models.llm_request import LlmRequest
+
+        from rollmem.integrations.google_adk import _Converter
+
+        config = self.types.GenerateContentConfig(system_instruction=SYSTEM_PROMPT)
+        request = LlmRequest(contents=[c.model_copy() for c in self.history], config=config)
+        self.run(
+            self.plugin.before_model_callback(
+                callback_context=CallbackContext(self.context), llm_request=request
+            )
+        )
+        instruction = str(request.config.system_instruction)
+        assert instruction.startswith(SYSTEM_PROMPT), "the instruction must open with the system prompt"
+        rest = instruction[len(SYSTEM_PROMPT) :].strip("\n")
+        out = [Message(SYSTEM, rest)] if rest else []
+        converter = _Converter()
+        for n, content in enumerate(request.contents):
+            out.extend(converter.convert(content, f"c{n}"))
+        return out
+
+
+class MafCompaction(_Integration):
+    """Agent Framework ``RollingCompaction`` at its defaults, called as the compaction strategy on
+    a fresh list of the whole history's ``Message`` objects (what a history provider loading
+    everything hands over); the request is the messages not marked excluded."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        import agent_framework as af
+
+        from rollmem.integrations.agent_framework import RollingCompaction
+
+        super().__init__(budget, count, summarizer)
+        self.af = af
+        self.strategy = RollingCompaction(budget, self.summarize, count)
+        self.history: list[Any] = []
+
+    def push(self, messages: list[Message]) -> None:
+        af = self.af
+        first = messages[0]
+        if first.role == ASSISTANT:
+            contents: list[Any] = [af.Content.from_text(first.content)] if first.content else []
+            contents += [
+                af.Content.from_function_call(call_id=c.id, name=c.name, arguments=json.loads(c.arguments))
+                for c in first.tool_calls
+            ]
+            self.history.append(af.Message("assistant", contents))
+        elif first.role == TOOL:
+            results = [
+                af.Content.from_function_result(call_id=m.tool_call_id, result=m.content) for m in messages
+            ]
+            self.history.append(af.Message("tool", results))
+        else:
+            self.history.append(af.Message("user", [first.content]))
+
+    def render(self) -> list[Message]:
+        from rollmem.integrations.agent_framework import _convert
+
+        messages = list(self.history)
+        self.run(self.strategy(messages))
+        excluded = self.af.EXCLUDED_KEY
+        return [
+            m
+            for native in messages
+            if not native.additional_properties.get(excluded)
+            for m in _convert(native)
+        ]
+
+
+class StrandsManager(_Integration):
+    """Strands ``RollingConversationManager`` at its defaults on a real ``Agent`` (its model is
+    never called): ``apply_management(agent)`` before each model call (what its
+    ``BeforeModelCallEvent`` hook does); the request is ``agent.messages`` after it."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+        from strands import Agent
+        from strands.models.model import Model
+
+        from rollmem.integrations.strands import RollingConversationManager
+
+        class Unused(Model):  # type: ignore[misc]
+            def update_config(self, **config: Any) -> None:
+                pass
+
+            def get_config(self) -> Any:
+                return {}
+
+            async def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+                raise NotImplementedError
+
+            async def stream(self, *args: Any, **kwargs: Any) -> Any:
+                raise NotImplementedError
+                yield  # pragma: no cover
+
+        super().__init__(budget, count, summarizer)
+        self.manager = RollingConversationManager(budget, self.summarize, count)
+        self.agent = Agent(
+            model=Unused(),
+            system_prompt=SYSTEM_PROMPT,
+            callback_handler=None,
+            conversation_manager=self.manager,
+        )
+
+    def push(self, messages: list[Message]) -> None:
+        first = messages[0]
+        if first.role == ASSISTANT:
+            content: list[Any] = [{"text": first.content}] if first.content else []
+            content += [
+                {"toolUse": {"toolUseId": c.id, "name": c.name, "input": json.loads(c.arguments)}}
+                for c in first.tool_calls
+            ]
+            self.agent.messages.append({"role": "assistant", "content": content})
+        elif first.role == TOOL:
+            results = [
+                {
+                    "toolResult": {
+                        "toolUseId": m.tool_call_id,
+                        "status": "success",
+                        "content": [{"text": m.content}],
+                    }
+                }
+                for m in messages
+            ]
+            self.agent.messages.append({"role": "user", "content": results})
+        else:
+            self.agent.messages.append({"role": "user", "content": [{"text": first.content}]})
+
+    def rendered(self, messages: list[Message]) -> list[Message]:
+        """The summary as the first text of the first user turn: of the first evicted message
+        when it is the user's, else a turn of its own (what the manager renders)."""
+        from rollmem.integrations.strands import SUMMARY_HEADER
+
+        if len(messages) < 3 or messages[1].role != SYSTEM:
+            return messages
+        text, first = SUMMARY_HEADER + messages[1].content, messages[2]
+        if first.role == USER and not first.tool_calls and first.tool_call_id is None:
+            return [messages[0], Message(USER, f"{text}\n{first.content}"), *messages[3:]]
+        return [messages[0], Message(USER, text), *messages[2:]]
+
+    def render(self) -> list[Message]:
+        from rollmem.integrations.strands import to_rollmem
+
+        self.manager.apply_management(self.agent)
+        return to_rollmem(self.agent.messages)
+
+
 # -- the run --------------------------------------------------------------------------------------
 
 Factory = Callable[[int, Counter, Summarizer, Pricing], Driver]
@@ -511,6 +886,30 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
     "middleware": (
         "rollmem RollingMemoryMiddleware, defaults + cached_summarizer",
         lambda b, c, s, p: RollmemMiddleware(b, c, s),
+    ),
+    "agents_session": (
+        "rollmem RollingSession (Agents SDK), defaults + cached_summarizer",
+        lambda b, c, s, p: AgentsSession(b, c, s),
+    ),
+    "pydantic_ai": (
+        "rollmem rolling_history (pydantic-ai), defaults + cached_summarizer",
+        lambda b, c, s, p: PydanticAIHistory(b, c, s),
+    ),
+    "pydantic_ai_system": (
+        "rollmem rolling_history (pydantic-ai, system_prompt in the history), defaults + cached_summarizer",
+        lambda b, c, s, p: PydanticAIHistory(b, c, s, in_history=True),
+    ),
+    "google_adk": (
+        "rollmem RollingMemoryPlugin (Google ADK), defaults + cached_summarizer",
+        lambda b, c, s, p: AdkPlugin(b, c, s),
+    ),
+    "agent_framework": (
+        "rollmem RollingCompaction (Agent Framework), defaults + cached_summarizer",
+        lambda b, c, s, p: MafCompaction(b, c, s),
+    ),
+    "strands": (
+        "rollmem RollingConversationManager (Strands), defaults + cached_summarizer",
+        lambda b, c, s, p: StrandsManager(b, c, s),
     ),
     "cached_text": (
         "rollmem RollingMemory.cached + prompt_summarizer",
@@ -556,10 +955,12 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
     "none": ("no memory (full history)", lambda b, c, s, p: NoMemory(b, c, s)),
 }
 PEERS = ("lc_summarization", "llamaindex", "lc_classic", "keep_last", "none")
-CANDIDATES = ("cached", "middleware")
+INTEGRATIONS = ("agents_session", "pydantic_ai", "google_adk", "agent_framework", "strands")
+CANDIDATES = ("cached", "middleware", *INTEGRATIONS)
 FULL_MEMORIES = (
     "cached",
     "middleware",
+    *INTEGRATIONS,
     "cached_text",
     "middleware_text",
     "defaults",
@@ -577,6 +978,7 @@ FULL_MEMORIES = (
 QUICK_MEMORIES = (
     "cached",
     "middleware",
+    "agents_session",
     "defaults",
     "lc_summarization",
     "llamaindex",
@@ -691,7 +1093,9 @@ def plot(
     path: str,
     provider: str,
 ) -> None:
-    """Cumulative billed tokens against turns, one line per memory (matplotlib, the bench extra)."""
+    """Cumulative billed tokens against turns, one line per memory (matplotlib, the bench extra);
+    the integration rows other than the middleware are left out (their lines lie on the
+    recommended configuration's)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -699,7 +1103,7 @@ def plot(
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
     colors = plt.get_cmap("tab20").colors
-    for n, key in enumerate(k for k in keys if (k, budget) in results):
+    for n, key in enumerate(k for k in keys if (k, budget) in results and k not in FRAMEWORKS):
         series = results[(key, budget)][horizon]["cumulative"]
         style = "--" if key in PEERS else "-"  # peers dashed, rollmem solid
         width = 2.4 if key in CANDIDATES else 1.3
@@ -743,6 +1147,31 @@ def _run_job(
     return run_one(key, budget, timed_turns(horizons[-1]), horizons, _counter(counter), PRICES[provider])
 
 
+FRAMEWORKS = {  # integration row -> (module it needs, rollmem extra)
+    "agents_session": ("agents", "openai-agents"),
+    "pydantic_ai": ("pydantic_ai", "pydantic-ai"),
+    "pydantic_ai_system": ("pydantic_ai", "pydantic-ai"),
+    "google_adk": ("google.adk", "google-adk"),
+    "agent_framework": ("agent_framework", "agent-framework"),
+    "strands": ("strands", "strands"),
+}
+
+
+def _installed(keys: Sequence[str]) -> list[str]:
+    """``keys`` without the integration rows whose framework is not installed (said on stderr):
+    the default runs need only the ``bench`` extra; a row asked for by name fails instead."""
+    import importlib.util
+
+    out = []
+    for key in keys:
+        module, extra = FRAMEWORKS.get(key, (None, None))
+        if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
+            print(f"skipped {key}: install rollmem[{extra}] to measure it", file=sys.stderr)
+            continue
+        out.append(key)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short horizons and one budget (CI)")
@@ -757,7 +1186,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     budgets = args.budgets or (QUICK_BUDGETS if args.quick else FULL_BUDGETS)
     horizons = sorted(args.horizons or (QUICK_HORIZONS if args.quick else FULL_HORIZONS))
-    keys = args.memories or (QUICK_MEMORIES if args.quick else FULL_MEMORIES)
+    keys = args.memories or _installed(QUICK_MEMORIES if args.quick else FULL_MEMORIES)
     pricing = PRICES[args.provider]
     count = _counter(args.counter)
     started = time.perf_counter()
