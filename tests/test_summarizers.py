@@ -654,3 +654,43 @@ def test_cached_summarizer_checks_its_arguments_at_construction() -> None:
         cached_summarizer(MessageCompletions(), system="")
     with pytest.raises(ValueError, match="instruction must not be empty"):
         async_cached_summarizer(MessageCompletions().acall, instruction="")
+
+
+def test_cached_summary_request_puts_summary_as_in_place_of_the_summary_and_evicted() -> None:
+    evicted = [Message("user", "hi"), Message("assistant", "hello")]
+    seen: list[object] = []
+
+    def summary_as(summary: str, messages: list[Message]) -> list[Message]:
+        seen.append(messages)
+        messages.clear()  # the callback's own list: the caller's is untouched
+        return [Message("system", "Earlier: " + summary), *evicted]
+
+    request = cached_summary_request("s", evicted, system="sys", summary_as=summary_as)
+    assert [(m.role, m.content) for m in request] == [
+        ("system", "sys"),
+        ("system", "Earlier: s"),
+        ("user", "hi"),
+        ("assistant", "hello"),
+        ("user", CACHED_INSTRUCTION),
+    ]
+    assert seen == [[]]
+    assert len(evicted) == 2
+    with pytest.raises(TypeError, match=r"^summary_as\(summary, evicted\)\[0\]: expected Message, got str$"):
+        cached_summary_request("s", evicted, summary_as=lambda summary, messages: ["text"])  # type: ignore[list-item,return-value]
+    with pytest.raises(TypeError, match=r"^summary_as: expected a callable or None, got int$"):
+        cached_summarizer(lambda messages: "x", summary_as=3)  # type: ignore[arg-type]
+
+
+def test_cached_summarizer_sends_what_summary_as_renders() -> None:
+    sent: list[list[Message]] = []
+
+    def complete(messages: list[Message]) -> str:
+        sent.append(messages)
+        return "new"
+
+    def header(summary: str, messages: list[Message]) -> list[Message]:
+        return [Message("system", "H:" + summary), *messages] if summary else messages
+
+    summarize = cached_summarizer(complete, system="sys", summary_as=header)
+    assert summarize("old", [Message("user", "a")]) == "new"
+    assert [m.content for m in sent[0]] == ["sys", "H:old", "a", CACHED_INSTRUCTION]

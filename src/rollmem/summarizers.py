@@ -29,6 +29,7 @@ __all__ = [
     "CACHED_INSTRUCTION",
     "DEFAULT_TEMPLATE",
     "SHORTEN_TEMPLATE",
+    "SummaryAs",
     "async_cached_summarizer",
     "async_prompt_summarizer",
     "async_with_fallback",
@@ -326,18 +327,32 @@ def _check_messages(name: str, messages: object) -> list[Message]:
     return list(messages)
 
 
+SummaryAs = Callable[[str, list[Message]], Sequence[Message]]
+"""``summary_as(summary, evicted)``: the summary and the evicted messages as your requests render
+them, after the system prompt (e.g. :func:`rollmem.integrations.openai_agents.cached_prefix`)."""
+
+
+def _summary_first(summary: str, evicted: list[Message]) -> list[Message]:
+    """The summary as a system message before the evicted messages, as ``get_messages`` renders it."""
+    return [Message(SYSTEM, summary), *evicted] if summary else evicted
+
+
 def cached_summary_request(
     summary: str,
     evicted: Sequence[Message],
     *,
     system: Optional[str] = None,
     instruction: str = CACHED_INSTRUCTION,
+    summary_as: Optional[SummaryAs] = None,
 ) -> list[Message]:
     """The messages of a summarization request that shares the conversation's cached prompt prefix:
     ``Message("system", system)`` when ``system`` is given (your conversation's system prompt),
     ``Message("system", summary)`` when ``summary`` is not empty (where
     :meth:`~rollmem.RollingMemory.get_messages` and the integrations put it), the ``evicted``
-    messages as they are, then ``Message("user", instruction)``.
+    messages as they are, then ``Message("user", instruction)``. An integration that renders the
+    summary elsewhere in its requests (a header, the system instruction, the first user turn)
+    exports its ``summary_as``: ``summary_as(summary, evicted)`` then replaces the summary
+    message and the evicted messages (its result is checked to be a sequence of ``Message``).
 
     A fold evicts the oldest messages of the buffer, so the request before the fold began with
     exactly these messages: rendered the same way as the conversation's requests (the same adapter,
@@ -350,19 +365,23 @@ def cached_summary_request(
     if system is not None:
         v.check_str("system", system, allow_empty=False)
     v.check_str("instruction", instruction, allow_empty=False)
+    if summary_as is not None:
+        v.check_callable("summary_as", summary_as)
+    body = (summary_as or _summary_first)(summary, messages)
     head = [Message(SYSTEM, system)] if system is not None else []
-    if summary:
-        head.append(Message(SYSTEM, summary))
-    return [*head, *messages, Message(USER, instruction)]
+    return [*head, *_check_messages("summary_as(summary, evicted)", body), Message(USER, instruction)]
 
 
 def _cached_request(
-    system: Optional[str], instruction: str
+    system: Optional[str], instruction: str, summary_as: Optional[SummaryAs]
 ) -> Callable[[str, Sequence[Message]], list[Message]]:
+    v.check_callable("summary_as", summary_as, optional=True)
     cached_summary_request("", [], system=system, instruction=instruction)  # checks them now
 
     def build(summary: str, messages: Sequence[Message]) -> list[Message]:
-        return cached_summary_request(summary, messages, system=system, instruction=instruction)
+        return cached_summary_request(
+            summary, messages, system=system, instruction=instruction, summary_as=summary_as
+        )
 
     return build
 
@@ -379,19 +398,20 @@ def cached_summarizer(
     *,
     system: Optional[str] = None,
     instruction: str = CACHED_INSTRUCTION,
+    summary_as: Optional[SummaryAs] = None,
 ) -> SummarizeFn:
     """A ``summarize_fn`` that sends ``complete(messages) -> str`` (your LLM call, rendering the
     messages as it renders the conversation's requests) :func:`cached_summary_request`
-    ``(summary, evicted, system=system, instruction=instruction)``: the recommended summarizer with
-    provider prompt caching, as the request shares the cached prefix of the conversation's last
-    request (see the Billed cost page of the docs).
+    ``(summary, evicted, system=system, instruction=instruction, summary_as=summary_as)``: the
+    recommended summarizer with provider prompt caching, as the request shares the cached prefix
+    of the conversation's last request (see the Billed cost page of the docs).
 
     The completion is stripped; an empty one raises ``ValueError`` and a non-``str`` one
     ``TypeError``, so the memory keeps its state. Exceptions raised by ``complete`` propagate. For
     a coroutine function use :func:`async_cached_summarizer`.
     """
     _check_callable("complete", complete, coroutine_hint="async_cached_summarizer")
-    build = _cached_request(system, instruction)
+    build = _cached_request(system, instruction, summary_as)
 
     def summarize(summary: str, messages: Sequence[Message]) -> str:
         return _new_summary(complete(build(summary, messages)))
@@ -404,10 +424,11 @@ def async_cached_summarizer(
     *,
     system: Optional[str] = None,
     instruction: str = CACHED_INSTRUCTION,
+    summary_as: Optional[SummaryAs] = None,
 ) -> AsyncSummarizeFn:
     """The coroutine twin of :func:`cached_summarizer`, around ``await acomplete(messages) -> str``."""
     _check_callable("acomplete", acomplete, coroutine_hint=None)
-    build = _cached_request(system, instruction)
+    build = _cached_request(system, instruction, summary_as)
 
     async def summarize(summary: str, messages: Sequence[Message]) -> str:
         return _new_summary(await acomplete(build(summary, messages)))

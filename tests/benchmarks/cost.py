@@ -61,7 +61,7 @@ from cost_workload import SYSTEM_PROMPT, timed_turns
 from peers import CANNED_SUMMARY, FakeSummarizer, LangChainPeer, _langchain_llm, _llama_llm
 from pricing import DEFAULT_PROVIDER, PRICES, Pricing
 
-from rollmem import ASSISTANT, SYSTEM, TOOL, USER, RollingMemory
+from rollmem import ASSISTANT, SYSTEM, TOOL, RollingMemory
 from rollmem.message import Message
 from rollmem.summarizers import cached_summarizer, prompt_summarizer
 
@@ -231,11 +231,10 @@ class Driver:
         """The messages the model gets after the system prompt (the summary first, if any)."""
         raise NotImplementedError
 
-    def rendered(self, messages: list[Message]) -> list[Message]:
-        """A ``cached_summarizer`` request (system prompt, ``Message("system", summary)``, evicted
-        messages, instruction) as the fake ``complete`` sends it: the way this memory renders its
-        requests (``get_messages`` and most integrations: the summary as a system message)."""
-        return messages
+    summary_as: Any = None
+    """``cached_summarizer``'s ``summary_as`` for this memory: ``None`` where the requests carry
+    the summary as a system message (``get_messages`` and most integrations), else a method
+    calling the integration's public ``cached_prefix`` (its requests put the summary elsewhere)."""
 
 
 def _block(message: Message) -> Block:
@@ -247,9 +246,11 @@ def _summarize_fn(driver: Driver, shared: bool) -> Any:
     prefix, billed through the cache at the driver's clock) or the text ``prompt_summarizer``."""
     if not shared:
         return prompt_summarizer(driver.summarizer.record)
+    summary_as = None if driver.summary_as is None else (lambda s, e: driver.summary_as(s, e))
     return cached_summarizer(
-        lambda messages: driver.summarizer.record_request(driver.now, driver.rendered(messages)),
+        lambda messages: driver.summarizer.record_request(driver.now, messages),
         system=SYSTEM_PROMPT,
+        summary_as=summary_as,
     )
 
 
@@ -558,13 +559,6 @@ class _Integration(Driver):
         raise NotImplementedError
 
 
-def _summary_as(messages: list[Message], render: Callable[[str], list[Message]]) -> list[Message]:
-    """``messages`` (a ``cached_summarizer`` request) with its summary message rendered by ``render``."""
-    if len(messages) < 2 or messages[1].role != SYSTEM:
-        return messages
-    return [messages[0], *render(messages[1].content), *messages[2:]]
-
-
 def _without_system_prompt(messages: list[Message]) -> list[Message]:
     assert messages, "the request must open with the system prompt"
     assert messages[0].content == SYSTEM_PROMPT, "the request must open with the system prompt"
@@ -605,10 +599,10 @@ class AgentsSession(_Integration):
             items.append({"role": "user", "content": first.content})
         self.run(self.session.add_items(items))
 
-    def rendered(self, messages: list[Message]) -> list[Message]:
-        from rollmem.integrations.openai_agents import SUMMARY_HEADER
+    def summary_as(self, summary: str, evicted: list[Message]) -> list[Message]:
+        from rollmem.integrations.openai_agents import cached_prefix
 
-        return _summary_as(messages, lambda summary: [Message(SYSTEM, SUMMARY_HEADER + summary)])
+        return cached_prefix(summary, evicted)
 
     def render(self) -> list[Message]:
         from rollmem.adapters import from_openai_responses
@@ -717,10 +711,8 @@ class AdkPlugin(_Integration):
         else:
             self.history.append(types.Content(role="user", parts=[types.Part(text=first.content)]))
 
-    def rendered(self, messages: list[Message]) -> list[Message]:
-        from rollmem.integrations.google_adk import summary_instruction
-
-        return _summary_as(messages, lambda summary: [Message(SYSTEM, summary_instruction(summary))])
+    def summary_as(self, summary: str, evicted: list[Message]) -> list[Message]:
+        return self.plugin.cached_prefix(summary, evicted)
 
     def render(self) -> list[Message]:
         from google.adk.agents.callback_context import CallbackContext
@@ -850,17 +842,10 @@ class StrandsManager(_Integration):
         else:
             self.agent.messages.append({"role": "user", "content": [{"text": first.content}]})
 
-    def rendered(self, messages: list[Message]) -> list[Message]:
-        """The summary as the first text of the first user turn: of the first evicted message
-        when it is the user's, else a turn of its own (what the manager renders)."""
-        from rollmem.integrations.strands import SUMMARY_HEADER
+    def summary_as(self, summary: str, evicted: list[Message]) -> list[Message]:
+        from rollmem.integrations.strands import cached_prefix
 
-        if len(messages) < 3 or messages[1].role != SYSTEM:
-            return messages
-        text, first = SUMMARY_HEADER + messages[1].content, messages[2]
-        if first.role == USER and not first.tool_calls and first.tool_call_id is None:
-            return [messages[0], Message(USER, f"{text}\n{first.content}"), *messages[3:]]
-        return [messages[0], Message(USER, text), *messages[2:]]
+        return cached_prefix(summary, evicted)
 
     def render(self) -> list[Message]:
         from rollmem.integrations.strands import to_rollmem

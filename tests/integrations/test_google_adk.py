@@ -488,3 +488,12 @@ def test_arguments_are_checked() -> None:
     assert RollingMemoryPlugin().target_tokens == cached_target(2000) == 765  # deep, cache-friendly folds
     assert RollingMemoryPlugin(2000, target_tokens=2000).target_tokens == 2000
     assert RollingMemoryPlugin().name == "rollmem"
+
+
+def test_cached_prefix_puts_the_summary_text_after_the_system_prompt() -> None:
+    plugin = RollingMemoryPlugin(50, RecordingSummarizer(), summary_text=lambda summary: f"Before: {summary}")
+    evicted = [Message("user", "hi"), Message("assistant", "hello")]
+    assert plugin.cached_prefix("", evicted) == evicted
+    assert plugin.cached_prefix("s", evicted) == [Message("system", "Before: s"), *evicted]
+    default = RollingMemoryPlugin(50, RecordingSummarizer())
+    assert default.cached_prefix("s", evicted)[0] == Message("system", summary_instruction("s"))

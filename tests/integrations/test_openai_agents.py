@@ -28,8 +28,9 @@ from tests.conftest import CountingWords  # noqa: E402
 from rollmem import Message  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT_PLAIN  # noqa: E402
 from rollmem.adapters.openai import from_openai_responses, to_openai_responses  # noqa: E402
-from rollmem.integrations.openai_agents import SUMMARY_HEADER, RollingSession  # noqa: E402
+from rollmem.integrations.openai_agents import SUMMARY_HEADER, RollingSession, cached_prefix  # noqa: E402
 from rollmem.stores import MemoryStore, SQLiteStore  # noqa: E402
+from rollmem.summarizers import cached_summarizer  # noqa: E402
 
 RUN_CONFIG = RunConfig(tracing_disabled=True)
 
@@ -743,3 +744,27 @@ def test_each_item_is_counted_once_also_across_restarts(store: Any) -> None:
     restarted.added = []
     asyncio.run(run_turns(restarted, model, range(10, 20)))
     assert counter.texts == added + [m.token_text() for m in from_openai_responses(restarted.added)]
+
+
+def test_cached_prefix_opens_the_summarizer_request_as_the_last_request() -> None:
+    """With ``summary_as=cached_prefix`` the summarizer's request, rendered as the session renders
+    its requests, starts with the request sent just before the fold (so a prompt cache serves it)."""
+    sent: list[list[Message]] = []
+
+    def complete(messages: list[Message]) -> str:
+        sent.append(messages)
+        return f"summary {len(sent)}"
+
+    summarize = cached_summarizer(complete, summary_as=cached_prefix)
+    session = RollingSession("c", max_tokens=12, target_tokens=4, summarize_fn=summarize, token_counter=words)
+    checked = 0
+    for n in range(12):
+        before = asyncio.run(session.get_items())
+        folds = len(sent)
+        asyncio.run(session.add_items([{"role": "user", "content": f"question {n} about the trip"}]))
+        if len(sent) > folds:
+            request = to_openai_responses(sent[-1][:-1])  # without the instruction
+            assert before[: len(request)] == request
+            checked += 1
+    assert checked >= 3
+    assert sent[-1][0].content.startswith(SUMMARY_HEADER)

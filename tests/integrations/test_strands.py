@@ -542,3 +542,13 @@ def test_a_replaced_message_list_starts_over_keeping_the_summary() -> None:
     assert model.requests[-2][0]["content"][0]["text"] == SUMMARY_HEADER + summary
     for request in model.requests:
         check_request(request)
+
+
+def test_cached_prefix_puts_the_summary_in_the_first_user_turn() -> None:
+    from rollmem.integrations.strands import SUMMARY_HEADER, cached_prefix
+
+    user, reply = Message("user", "hi"), Message("assistant", "hello")
+    assert cached_prefix("", [user, reply]) == [user, reply]
+    assert cached_prefix("s", [user, reply]) == [Message("user", f"{SUMMARY_HEADER}s\nhi"), reply]
+    result = Message("tool", "18C", tool_call_id="c1")
+    assert cached_prefix("s", [reply, result]) == [Message("user", f"{SUMMARY_HEADER}s"), reply, result]

@@ -36,7 +36,7 @@ from ..changes import Dropped, Folded
 from ..counters import counter_identity
 from ..errors import InvalidStateError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
-from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
+from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..policies import cached_target
 
 __all__ = ["DEFAULT_MAX_TOKENS", "STATE_PREFIX", "RollingMemoryPlugin", "summary_instruction"]
@@ -397,6 +397,13 @@ class RollingMemoryPlugin(_BasePlugin):  # type: ignore[misc]
         self._counter = identity if identity is not None else f"process:{uuid.uuid4().hex}"
         self._cache: OrderedDict[tuple[str, ...], _Live] = OrderedDict()  # by session and agent
         self._lock = threading.Lock()
+
+    def cached_prefix(self, summary: str, evicted: list[Message]) -> list[Message]:
+        """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary as this
+        plugin appends it to the system instruction (``summary_text(summary)``, a system message
+        after your system prompt), then the evicted messages, so the summarizer's request opens
+        as the agent's last request did."""
+        return [Message(SYSTEM, self.summary_text(summary)), *evicted] if summary else list(evicted)
 
     def state_key(self, agent_name: str) -> str:
         """The session-state key of an agent's memory: :data:`STATE_PREFIX` ``+ agent_name``."""

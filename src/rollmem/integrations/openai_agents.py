@@ -38,11 +38,20 @@ from ..policies import cached_target, unit_spans
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
 
-__all__ = ["SUMMARY_HEADER", "RollingSession"]
+__all__ = ["SUMMARY_HEADER", "RollingSession", "cached_prefix"]
 
 _T = TypeVar("_T")
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+
+
+def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
+    """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary as
+    :meth:`RollingSession.get_items` renders it (a system item ``SUMMARY_HEADER + summary``), then
+    the evicted messages, so the summarizer's request opens as the session's last request did."""
+    return [Message(SYSTEM, SUMMARY_HEADER + summary), *evicted] if summary else list(evicted)
+
+
 """The first line of the summary item's content: how the model, and the session, recognise it."""
 
 _SUMMARY_ROLES = ("system", "developer")

@@ -58,6 +58,7 @@ __all__ = [
     "SUMMARY_HEADER",
     "TRUNCATION_NOTE",
     "RollingConversationManager",
+    "cached_prefix",
     "to_rollmem",
 ]
 
@@ -72,6 +73,23 @@ as the LangChain middleware does (deep, rare folds: the cheapest with provider p
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 """The first line of the summary text block that opens ``agent.messages`` once there is a summary."""
+
+
+def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
+    """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary where the
+    manager puts it, as the first text of the first user turn (``SUMMARY_HEADER + summary``, then
+    the first evicted message's text when that message is a user turn, joined by a newline as
+    :func:`to_rollmem` reads a turn of several texts; else a user turn of its own), then the other
+    evicted messages, so the summarizer's request opens as the agent's last request did."""
+    if not summary:
+        return list(evicted)
+    text = SUMMARY_HEADER + summary
+    first = evicted[0] if evicted else None
+    if first is not None and first.role == USER and first.tool_call_id is None:
+        return [Message(USER, f"{text}\n{first.content}" if first.content else text), *evicted[1:]]
+    return [Message(USER, text), *evicted]
+
+
 TRUNCATION_NOTE = "[rollmem: tool result truncated from {before} to {after} tokens to fit the context window]"
 """The note that ends a tool result :meth:`RollingConversationManager.reduce_context` truncated."""
 STATE_KEY = "rollmem"
