@@ -6,4 +6,4 @@ from rollmem.integrations import openai_agents
 
 
 def test_public_names() -> None:
-    assert openai_agents.__all__ == ["SUMMARY_HEADER", "RollingSession"]
+    assert openai_agents.__all__ == ["SUMMARY_HEADER", "RollingSession", "cached_prefix"]

@@ -321,6 +321,7 @@ def test_public_names() -> None:
         "SUMMARY_HEADER",
         "TRUNCATION_NOTE",
         "RollingConversationManager",
+        "cached_prefix",
         "to_rollmem",
     ]
 
