@@ -58,6 +58,7 @@ from typing import Any, Callable, Optional
 
 import counters
 from cost_workload import SYSTEM_PROMPT, timed_turns
+from frameworks import unused_strands_model
 from peers import CANNED_SUMMARY, FakeSummarizer, LangChainPeer, _langchain_llm, _llama_llm
 from pricing import DEFAULT_PROVIDER, PRICES, Pricing
 
@@ -791,28 +792,13 @@ class StrandsManager(_Integration):
 
     def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
         from strands import Agent
-        from strands.models.model import Model
 
         from rollmem.integrations.strands import RollingConversationManager
-
-        class Unused(Model):  # type: ignore[misc]
-            def update_config(self, **config: Any) -> None:
-                pass
-
-            def get_config(self) -> Any:
-                return {}
-
-            async def structured_output(self, *args: Any, **kwargs: Any) -> Any:
-                raise NotImplementedError
-
-            async def stream(self, *args: Any, **kwargs: Any) -> Any:
-                raise NotImplementedError
-                yield  # pragma: no cover
 
         super().__init__(budget, count, summarizer)
         self.manager = RollingConversationManager(budget, self.summarize, count)
         self.agent = Agent(
-            model=Unused(),
+            model=unused_strands_model(),
             system_prompt=SYSTEM_PROMPT,
             callback_handler=None,
             conversation_manager=self.manager,

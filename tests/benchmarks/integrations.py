@@ -47,6 +47,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from counters import Counting, words
+from frameworks import unused_strands_model
 
 SIZES = (50, 200, 800)
 WORDS_PER_MESSAGE = 8
@@ -252,28 +253,15 @@ class StrandsRun(Run):
     def __init__(self, size: int) -> None:
         super().__init__(size)
         from strands import Agent
-        from strands.models.model import Model
 
         from rollmem.integrations.strands import RollingConversationManager
-
-        class Unused(Model):  # type: ignore[misc]
-            def update_config(self, **config: Any) -> None:
-                pass
-
-            def get_config(self) -> Any:
-                return {}
-
-            async def structured_output(self, *args: Any, **kwargs: Any) -> Any:
-                raise NotImplementedError
-
-            async def stream(self, *args: Any, **kwargs: Any) -> Any:
-                raise NotImplementedError
-                yield  # pragma: no cover
 
         self.manager = RollingConversationManager(
             self.budget, summarize, self.counter, target_tokens=self.budget
         )
-        self.agent = Agent(model=Unused(), callback_handler=None, conversation_manager=self.manager)
+        self.agent = Agent(
+            model=unused_strands_model(), callback_handler=None, conversation_manager=self.manager
+        )
         for i in range(size):
             self.add(i % 2 == 1)
         self.manager.apply_management(self.agent)

@@ -1,0 +1,27 @@
+"""What the benchmarks need from the frameworks beyond their public objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def unused_strands_model() -> Any:
+    """A Strands ``Model`` that is never called: a real ``Agent`` needs one, and the benchmarks
+    drive its conversation manager directly (``apply_management``), not model calls."""
+    from strands.models.model import Model
+
+    class Unused(Model):  # type: ignore[misc]
+        def update_config(self, **config: Any) -> None:
+            pass
+
+        def get_config(self) -> Any:
+            return {}
+
+        async def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+        async def stream(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+            yield  # pragma: no cover
+
+    return Unused()
