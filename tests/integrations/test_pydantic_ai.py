@@ -7,6 +7,7 @@ tool call to a real tool, then a text answer, and the model function records wha
 from __future__ import annotations
 
 import asyncio
+import importlib
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
@@ -744,8 +745,8 @@ def test_another_writer_or_parts_added_afterwards_fall_back_to_a_full_walk(
     """Two processors on one store take turns on one history, and parts are added to its last
     request after a call (as pydantic-ai does): each message is still summarized once, and each
     returns what a full walk returns."""
-    from pydantic_ai.messages import ModelSettingsDeltaPart
-
+    # pydantic-ai before 2.6x (Python 3.10 resolves 2.54) adds no part afterwards: two writers only
+    added = getattr(importlib.import_module("pydantic_ai.messages"), "ModelSettingsDeltaPart", None)
     recorder = make_recorder()
     store = MemoryStore()
     first, second = (
@@ -760,9 +761,9 @@ def test_another_writer_or_parts_added_afterwards_fall_back_to_a_full_walk(
         processor = first if n % 4 < 2 else second
         output = asyncio.run(processor(None, history))
         assert to_jsonable_python(output) == to_jsonable_python(asyncio.run(walked(None, copy)))
-        if n % 3 == 0:
+        if n % 3 == 0 and added is not None:
             last = history[-1] if isinstance(history[-1], ModelRequest) else history[-2]
-            last.parts = [*last.parts, ModelSettingsDeltaPart(settings={"thinking": "low"}, top_level=True)]
+            last.parts = [*last.parts, added(settings={"thinking": "low"}, top_level=True)]
     folded = [m.content for m in recorder.folded]
     assert len(folded) == len(set(folded))
     assert folded + [m.content for m in as_rollmem(output)] == [*conversation(range(30)), "a29 done"]

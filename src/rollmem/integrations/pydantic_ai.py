@@ -88,6 +88,7 @@ this package's mypy ``python_version = 3.9``), so its objects are typed ``Any`` 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import importlib
 import inspect
@@ -115,6 +116,7 @@ STATE_PREFIX = "pydantic-ai:"
 
 _MARKER = "rollmem"  # key of our summary part's metadata: {"rollmem": {"summary": True, "key": ...}}
 _SYSTEM_MARKER = "rollmem.summary:"  # SystemPromptPart.dynamic_ref prefix where CompactionPart is absent
+_SUMMARY_TIMESTAMP = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)  # that part's timestamp
 _STATE_VERSION = 1
 _MAX_RETRIES = 10
 # Request parts with no text of their own: they travel with the part next to them.
@@ -772,7 +774,9 @@ class RollingHistory:
         # has CompactionPart for provider responses only.
         if compaction is not None and "metadata" in {field.name for field in dataclasses.fields(compaction)}:
             return compaction(summary, metadata={_MARKER: {"summary": True, "key": key}})
-        return pai.SystemPromptPart(summary, dynamic_ref=_SYSTEM_MARKER + key)
+        # A fixed timestamp: the same summary is the same part on every call (nothing in a
+        # request depends on when it was built).
+        return pai.SystemPromptPart(summary, timestamp=_SUMMARY_TIMESTAMP, dynamic_ref=_SYSTEM_MARKER + key)
 
 
 async def _step(
