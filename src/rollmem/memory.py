@@ -833,9 +833,11 @@ class _SyncMemory(_Memory):
         self._drive(self._extend_flow(messages))
 
     def _prune(self) -> None:
-        ledger = self._ledger
-        if ledger.dirty or self._policy.over(ledger):  # _needs_fold(), inlined: it runs on every add
-            self._drive(self._settle_flow())
+        ledger, policy = self._ledger, self._policy
+        # _settle_flow, run inline: it runs on every add, and a fold-per-add memory pays for the
+        # generator (the async driver drives the flow)
+        while (ledger.dirty or policy.over(ledger)) and self._run(policy.plan) != 0:
+            pass
 
     def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
         with self._fold_lock:
