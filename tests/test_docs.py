@@ -599,8 +599,10 @@ def _config_url(key: str) -> str:
 
 
 def _page_of(url: str, site: str) -> Path:
-    """The page source behind a link into the docs site (``SITE/controls/`` is ``controls.md``)."""
-    page = url[len(site) :].split("#", 1)[0].rstrip("/")
+    """The page source behind a link into the docs site: ``SITE/controls/`` is ``controls.md``,
+    and so are ``SITE/latest/controls/`` and ``SITE/0.7/controls/`` (a version's folder; a link
+    without one goes to the latest release, see development.md)."""
+    page = re.sub(r"^(latest|dev|\d+\.\d+)(/|$)", "", url[len(site) :].split("#", 1)[0]).rstrip("/")
     candidates = [PAGES / f"{page}.md", PAGES / page / "index.md"] if page else [PAGES / "index.md"]
     return next((path for path in candidates if path.is_file()), candidates[0])
 
