@@ -4,7 +4,8 @@ Every ```python block of ``README.md`` and of ``docs/**/*.md`` runs, in a fresh 
 scratch directory. A block whose first line is ``# needs: NAME[, NAME...]`` runs only where each
 NAME is available: an importable module, or a test server named in ``SERVERS`` (its address is
 exported to the block as ``ROLLMEM_<NAME>``, e.g. ``ROLLMEM_REDIS``). Without a server the block
-skips, unless ``ROLLMEM_REQUIRE_SERVICES=1``.
+skips, unless ``ROLLMEM_REQUIRE_SERVICES=1``. A block showing pytest tests (it defines ``test_``
+functions, which take no fixtures) has each of them run after it, as pytest would.
 
 The reference checks read the source with ``ast`` (no optional package is imported) and, where
 mkdocs is installed (the ``docs`` extra), build the site and read its object inventory.
@@ -18,6 +19,7 @@ import gc
 import html as html_module
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -172,7 +174,11 @@ def test_python_block_runs(where: str, code: str, tmp_path: Path, monkeypatch: p
     for given, exported in SERVERS.values():
         monkeypatch.setenv(exported, os.environ.get(given, ""))
     if "# needs: google.adk" not in code:
-        exec(compile(code, where, "exec"), {"__name__": "__docs__"})
+        namespace: dict[str, Any] = {"__name__": "__docs__"}
+        exec(compile(code, where, "exec"), namespace)
+        for name, test in list(namespace.items()):  # a pytest-style example: run its tests
+            if name.startswith("test_") and inspect.isfunction(test):
+                test()
         return
     # google-adk's SqliteSessionService checks its schema inside `with sqlite3.connect(...)`, which
     # never closes (Python 3.13 warns at collection): collect its connections here, not in a later test.
