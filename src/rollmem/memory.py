@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, overload
 
 from . import _validate as v
-from ._ledger import Ledger, Plan, checked_messages
+from ._ledger import COST_LIMIT, Ledger, Plan, checked_messages
 from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
 from .changes import (
     _CHANGE_TYPES,
@@ -293,15 +293,15 @@ class _Memory:
             cost = self._cost(message)
         finally:
             counting.discard(ident)
-        if (type(cost) is not int and not v.is_int(cost)) or cost < 0:
-            raise self._bad_cost(cost, where)
+        if type(cost) is not int or not 0 <= cost < COST_LIMIT:
+            source = self._policy.cost_source
+            if not v.is_int(cost):
+                raise TypeError(f"{source} returned {v.type_name(cost)} for {where}; expected int")
+            if not 0 <= cost < COST_LIMIT:
+                raise ValueError(
+                    f"{source} returned {cost} for {where}; expected a non-negative int below 2**63"
+                )
         return cost
-
-    def _bad_cost(self, cost: object, where: str) -> Exception:
-        source = self._policy.cost_source
-        if not v.is_int(cost):
-            return TypeError(f"{source} returned {v.type_name(cost)} for {where}; expected int")
-        return ValueError(f"{source} returned {cost} for {where}; expected a non-negative int")
 
     def _measure_at(self, message: Message, position: int) -> int:
         return self._measure(message, f"buffer[{position}]")
@@ -686,9 +686,10 @@ class _Memory:
     def restore(self, data: Mapping[str, Any], *, costs: Optional[Sequence[int]] = None) -> None:
         """Replace summary and buffer with the ``to_dict()`` output ``data`` (versions 1 and 2;
         buffer items may also be ``Message`` objects), verbatim: no pruning, no summarizer call.
-        With ``costs`` (one ``int`` >= 0 per message, measured by this memory's policy, e.g.
-        stored by :mod:`rollmem.sessions`) the messages are not counted again. Nothing changes
-        on error; a fold in flight is discarded. The counters of ``stats()`` go on."""
+        With ``costs`` (one ``int`` >= 0 and < 2**63 per message, measured by this memory's
+        policy, e.g. stored by :mod:`rollmem.sessions`) the messages are not counted again.
+        Nothing changes on error; a fold in flight is discarded. The counters of ``stats()`` go
+        on."""
         summary, messages = _parse_state(data)
         known: Optional[list[int]] = None
         if costs is not None:
@@ -697,9 +698,12 @@ class _Memory:
             known = list(costs)
             if len(known) != len(messages):
                 raise ValueError(f"costs: expected {len(messages)} costs, got {len(known)}")
-            if not set(map(type, known)) <= {int} or (known and min(known) < 0):
+            if not set(map(type, known)) <= {int} or (
+                known and not 0 <= min(known) <= max(known) < COST_LIMIT
+            ):
                 for index, cost in enumerate(known):  # name the bad one
-                    v.check_int(f"costs[{index}]", cost, 0)
+                    if v.check_int(f"costs[{index}]", cost, 0) >= COST_LIMIT:
+                        raise v.value_error(f"costs[{index}]", "< 2**63", cost)
         self._restore(summary, messages, known)
 
     def _restore(self, summary: str, messages: list[Message], costs: Optional[list[int]] = None) -> None:
