@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 import threading
 import time
 import warnings
@@ -321,3 +322,14 @@ def _close_leftover_event_loop() -> Iterator[None]:
     if not loop.is_running():
         loop.close()
         policy.set_event_loop(None)
+
+
+@pytest.fixture(autouse=True)
+def _unset_tracer_provider() -> Iterator[None]:
+    """A test (or a docs example) that sets OpenTelemetry's global tracer provider sets it for
+    itself only: every fold is a span while one is set (``tests/test_tracing.py``). The reset is
+    what OpenTelemetry's own test utilities do."""
+    yield
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is not None and getattr(trace, "_TRACER_PROVIDER", None) is not None:
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, trace.Once()

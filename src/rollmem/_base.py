@@ -3,9 +3,9 @@
 :class:`_MemoryState` holds the summary and the buffer (with its :class:`~rollmem._ledger.Ledger`),
 measures what is added and makes the plain changes, each recorded (:mod:`rollmem.changes`); it
 calls no callback but the counter. :class:`_Folding` adds the *flows*, generators written once
-that yield the calls to make (:class:`_Call`) and receive their results or exceptions: the fold,
-settling after an add, ``extend``, ``fold(keep_last)``, ``replay``. The drivers run them with
-:mod:`rollmem._flow`.
+that yield the calls to make (:class:`_Call`) and receive their results or exceptions: the fold
+(in its span, :func:`rollmem._tracing.fold_span`), settling after an add, ``extend``,
+``fold(keep_last)``, ``replay``. The drivers run them with :mod:`rollmem._flow`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Callable, ClassVar, Optional, TypeVar
 
+from . import _tracing
 from . import _validate as v
 from ._ledger import COST_LIMIT, Ledger, Plan, checked_messages
 from ._types import EvictHook, TokenCounter
@@ -336,13 +337,14 @@ _Flow = Generator[_Call, Any, _T]
 class _Fold:
     """A fold between its plan and its end: what was cut, and what the commit must still find."""
 
-    __slots__ = ("ended", "generation", "keep_last", "plan", "summary")
+    __slots__ = ("after", "ended", "generation", "keep_last", "plan", "summary")
 
     def __init__(self, plan: Plan, summary: str, generation: int, keep_last: Optional[int]) -> None:
         self.plan = plan
         self.summary = summary
         self.generation = generation
         self.keep_last = keep_last  # set for an explicit fold(keep_last)
+        self.after = 0  # the buffer's total once committed
         self.ended = False  # committed, discarded or failed
 
 
@@ -395,6 +397,7 @@ class _Folding(_MemoryState):
                 ledger.abort(plan)
                 return None
             self._summary = new_summary
+            fold.after = ledger.total
             counts = self._counts
             counts["folds"] += 1
             left = len(plan.messages)
@@ -413,7 +416,7 @@ class _Folding(_MemoryState):
             self._record(Folded(summary, positions, cut, keep_last))
 
     def _fold_flow(self, plan_fn: PlanFn, keep_last: Optional[int]) -> _Flow[Optional[int]]:
-        """One fold: plan, ``summarize(summary, evicted)``, commit, then
+        """One fold, in its span: plan, ``summarize(summary, evicted)``, commit, then
         ``on_evict(evicted)``. The driver runs it holding its fold lock (:meth:`_run`); a failed or
         cancelled summarizer call leaves everything as it was and propagates. Returns what
         :meth:`_finish_fold` does (``0`` when there is nothing to cut)."""
@@ -422,20 +425,35 @@ class _Folding(_MemoryState):
             return 0
         evicted = fold.plan.messages
         try:
-            new_summary = fold.summary
-            if self._summarize_fn is not None:
-                # a fresh list: a callback that changes what it is given cannot reach the ledger
-                new_summary = yield _Call(self._summarize_fn, new_summary, list(evicted), summary=True)
-                if type(new_summary) is not str or not new_summary.isascii():
-                    new_summary = _checked_summary(new_summary)
-            count = self._finish_fold(fold, new_summary)
-            if count and self._on_evict is not None:
-                yield _Call(self._on_evict, list(evicted))
-            return count
+            with _tracing.fold_span(type(self).__name__) as span:
+                new_summary = fold.summary
+                if self._summarize_fn is not None:
+                    # a fresh list: a callback that changes what it is given cannot reach the ledger
+                    call = _Call(self._summarize_fn, new_summary, list(evicted), summary=True)
+                    new_summary = yield call
+                    if type(new_summary) is not str or not new_summary.isascii():
+                        new_summary = _checked_summary(new_summary)
+                count = self._finish_fold(fold, new_summary)
+                if span is not None:
+                    self._trace(span, fold, count, new_summary)
+                if count and self._on_evict is not None:
+                    yield _Call(self._on_evict, list(evicted))
+                return count
         except BaseException as error:
             if not fold.ended:
                 self._fail_fold(fold, error)
             raise
+
+    def _trace(self, span: Any, fold: _Fold, count: Optional[int], summary: str) -> None:
+        """The integer attributes of a fold's span (see :mod:`rollmem._tracing`)."""
+        span.set_attribute(_tracing.MESSAGES, count or 0)
+        if count and self._policy.counts_tokens:
+            span.set_attribute(_tracing.TOKENS_BEFORE, fold.after + fold.plan.cost)
+            span.set_attribute(_tracing.TOKENS_AFTER, fold.after)
+            try:
+                span.set_attribute(_tracing.SUMMARY_TOKENS, self._summary_cost(summary))
+            except Exception as error:  # the fold is committed: a counter failing here only shows
+                span.record_exception(error)
 
     def _settle_flow(self) -> _Flow[None]:
         """Fold until the policy is satisfied (a fold discarded by a change made meanwhile is
