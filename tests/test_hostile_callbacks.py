@@ -517,3 +517,12 @@ def test_restored_costs_of_2_63_or_more_are_refused(costs: list[int], bad: int) 
     with pytest.raises(ValueError, match=exactly(f"costs[{bad}] must be < 2**63, got {costs[bad]}")):
         memory.restore(state, costs=costs)
     assert (memory.to_dict(), memory.costs()) == (before, [4])
+
+
+def test_extending_with_nothing_calls_no_counter() -> None:
+    calls: list[str] = []
+    memory = RollingMemory(100, token_counter=lambda text: calls.append(text) or 1)
+    memory.buffer = [Message("user", "a")]  # counted at the next add
+    with memory.record() as changes:
+        memory.extend([])
+    assert (calls, changes) == ([], [])

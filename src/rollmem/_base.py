@@ -180,15 +180,16 @@ class _MemoryState:
         for index, message in enumerate(batch):
             if not isinstance(message, Message):
                 raise v.type_error(f"messages[{index}]", "Message", message)
+        if not batch:
+            return False
         costs = [self._measure(message, f"messages[{i}]") for i, message in enumerate(batch)]
         with self._lock:
             ledger = self._ledger
             ledger.sync(self._measure_at)
             for message, cost in zip(batch, costs):
                 ledger.append(message, cost)
-            if batch:
-                self._record(Appended(tuple(batch), tuple(costs)))
-        return bool(batch)
+            self._record(Appended(tuple(batch), tuple(costs)))
+        return True
 
     # -- plain changes ----------------------------------------------------------------------
 
@@ -425,7 +426,7 @@ class _Folding(_MemoryState):
             return 0
         evicted = fold.plan.messages
         try:
-            with _tracing.fold_span(type(self).__name__) as span:
+            with _tracing.fold_span(self) as span:
                 new_summary = fold.summary
                 if self._summarize_fn is not None:
                     # a fresh list: a callback that changes what it is given cannot reach the ledger

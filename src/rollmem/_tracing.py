@@ -34,11 +34,11 @@ _OFF: AbstractContextManager[None] = nullcontext()
 _tracer: tuple[Any, Any] = (None, None)  # (the provider, its tracer for rollmem)
 
 
-def fold_span(memory: str) -> AbstractContextManager[Optional[Any]]:
-    """A context manager around one fold of a ``memory`` class: yields the span, current inside
-    the block (``None`` when the application does not trace); an exception leaving the block is
-    recorded on the span, whose status is then an error. Set attributes with
-    ``span.set_attribute(name, value)``."""
+def fold_span(memory: object) -> AbstractContextManager[Optional[Any]]:
+    """A context manager around one fold of ``memory`` (its class name is the :data:`MEMORY`
+    attribute): yields the span, current inside the block (``None`` when the application does not
+    trace); an exception leaving the block is recorded on the span, whose status is then an
+    error. Set attributes with ``span.set_attribute(name, value)``."""
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
         return _OFF
@@ -51,5 +51,7 @@ def fold_span(memory: str) -> AbstractContextManager[Optional[Any]]:
         version = getattr(sys.modules.get("rollmem"), "__version__", None)
         tracer = provider.get_tracer("rollmem", version)
         _tracer = (provider, tracer)
-    span: AbstractContextManager[Any] = tracer.start_as_current_span(SPAN_NAME, attributes={MEMORY: memory})
+    span: AbstractContextManager[Any] = tracer.start_as_current_span(
+        SPAN_NAME, attributes={MEMORY: type(memory).__name__}
+    )
     return span
