@@ -1,8 +1,8 @@
 """Every fold is an OpenTelemetry span when the application traces, and costs nothing otherwise.
 
-Driven with the real SDK (``opentelemetry-sdk``, an ``InMemorySpanExporter``): the tests that need
-it skip without it. Each test sets a global tracer provider, as an application does; the autouse
-fixture of ``conftest.py`` unsets it after the test, so no other test runs traced.
+Driven with the real SDK through the ``traced`` fixture of ``conftest.py`` (a global tracer
+provider, as an application sets one, and an ``InMemorySpanExporter``; skips without
+``opentelemetry-sdk``), unset after each test so no other test runs traced.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,37 +29,6 @@ def fold(summary: str, messages: Sequence[Message]) -> str:
     return summary + "".join(m.content[0] for m in messages)
 
 
-class Traced:
-    """The application's tracing: a provider set globally, its finished spans, its tracer."""
-
-    def __init__(self, install: bool = True) -> None:
-        sdk = pytest.importorskip("opentelemetry.sdk.trace")
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-        self.exporter = InMemorySpanExporter()
-        self.provider = sdk.TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.tracer = self.provider.get_tracer("app")
-        if install:
-            trace.set_tracer_provider(self.provider)
-            assert trace.get_tracer_provider() is self.provider
-
-    def close(self) -> None:
-        self.provider.shutdown()
-
-    def spans(self, name: str) -> list[Any]:
-        return [span for span in self.exporter.get_finished_spans() if span.name == name]
-
-
-@pytest.fixture(params=[True])
-def traced(request: pytest.FixtureRequest) -> Iterator[Traced]:
-    tracing = Traced(install=request.param)
-    yield tracing
-    tracing.close()
-
-
 def test_importing_rollmem_or_folding_loads_no_opentelemetry() -> None:
     code = (
         "import sys, rollmem\n"
@@ -69,12 +38,16 @@ def test_importing_rollmem_or_folding_loads_no_opentelemetry() -> None:
         "print(sorted(n for n in sys.modules if n.startswith('opentelemetry')))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], env={"PYTHONPATH": SOURCE}, capture_output=True, text=True, check=True
+        [sys.executable, "-S", "-c", code],
+        env={"PYTHONPATH": SOURCE},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert done.stdout.strip() == "[]"
 
 
-def test_a_fold_is_a_child_of_the_application_span_with_integer_attributes(traced: Traced) -> None:
+def test_a_fold_is_a_child_of_the_application_span_with_integer_attributes(traced: Any) -> None:
     memory = RollingMemory(6, fold, len)
     with traced.tracer.start_as_current_span("turn") as turn, memory.record() as changes:
         for text in ("aaa", "bbb", "cc"):
@@ -94,7 +67,7 @@ def test_a_fold_is_a_child_of_the_application_span_with_integer_attributes(trace
     assert memory.stats().summary_tokens == 1
 
 
-def test_the_summarizer_and_the_hook_run_inside_the_fold_span(traced: Traced) -> None:
+def test_the_summarizer_and_the_hook_run_inside_the_fold_span(traced: Any) -> None:
     def summarize(summary: str, messages: Sequence[Message]) -> str:
         with traced.tracer.start_as_current_span("llm"):
             return fold(summary, messages)
@@ -112,7 +85,7 @@ def test_the_summarizer_and_the_hook_run_inside_the_fold_span(traced: Traced) ->
         assert child.parent.span_id == span.context.span_id
 
 
-def test_a_failing_summarizer_is_recorded_on_the_fold_span(traced: Traced) -> None:
+def test_a_failing_summarizer_is_recorded_on_the_fold_span(traced: Any) -> None:
     def summarize(summary: str, messages: Sequence[Message]) -> str:
         raise ConnectionError("the LLM is down")
 
@@ -133,7 +106,7 @@ def test_a_failing_summarizer_is_recorded_on_the_fold_span(traced: Traced) -> No
     assert memory.stats().failed_folds == 1
 
 
-def test_a_bad_summary_is_recorded_as_the_error_it_raises(traced: Traced) -> None:
+def test_a_bad_summary_is_recorded_as_the_error_it_raises(traced: Any) -> None:
     memory = RollingMemory(1, lambda summary, messages: 42, len)  # type: ignore[arg-type,return-value]
     memory.add_user_message("a")
     with pytest.raises(TypeError, match="summarize_fn returned int; expected str"):
@@ -142,7 +115,7 @@ def test_a_bad_summary_is_recorded_as_the_error_it_raises(traced: Traced) -> Non
     assert span.status.description == "TypeError: summarize_fn returned int; expected str"
 
 
-def test_an_async_background_fold_is_a_child_of_the_span_that_added(traced: Traced) -> None:
+def test_an_async_background_fold_is_a_child_of_the_span_that_added(traced: Any) -> None:
     async def summarize(summary: str, messages: Sequence[Message]) -> str:
         await asyncio.sleep(0)
         with traced.tracer.start_as_current_span("llm"):
@@ -165,7 +138,7 @@ def test_an_async_background_fold_is_a_child_of_the_span_that_added(traced: Trac
     asyncio.run(main())
 
 
-def test_a_fold_inside_sessions_is_a_span(traced: Traced) -> None:
+def test_a_fold_inside_sessions_is_a_span(traced: Any) -> None:
     sessions = Sessions(MemoryStore(), lambda: RollingMemory(4, fold, len))
     with traced.tracer.start_as_current_span("request") as request:
         for text in ("aa", "bb", "cc"):
@@ -178,7 +151,7 @@ def test_a_fold_inside_sessions_is_a_span(traced: Traced) -> None:
         assert memory.summary == "a"
 
 
-def test_a_memory_that_counts_no_tokens_reports_the_messages_only(traced: Traced) -> None:
+def test_a_memory_that_counts_no_tokens_reports_the_messages_only(traced: Any) -> None:
     memory = WindowMemory(2)
     for text in ("a", "b", "c"):
         memory.add_user_message(text)
@@ -186,7 +159,7 @@ def test_a_memory_that_counts_no_tokens_reports_the_messages_only(traced: Traced
     assert dict(span.attributes) == {"rollmem.memory": "WindowMemory", "rollmem.fold.messages": 1}
 
 
-def test_a_counter_failing_on_the_new_summary_is_recorded_and_the_fold_stands(traced: Traced) -> None:
+def test_a_counter_failing_on_the_new_summary_is_recorded_and_the_fold_stands(traced: Any) -> None:
     def counter(text: str) -> int:
         if text == "SUMMARY":
             raise RuntimeError("the counter broke")
@@ -203,7 +176,7 @@ def test_a_counter_failing_on_the_new_summary_is_recorded_and_the_fold_stands(tr
     assert [event.attributes["exception.type"] for event in span.events] == ["RuntimeError"]
 
 
-def test_tracing_measures_each_new_summary_once_and_nothing_else(traced: Traced) -> None:
+def test_tracing_measures_each_new_summary_once_and_nothing_else(traced: Any) -> None:
     calls: list[str] = []
 
     def counter(text: str) -> int:
@@ -219,7 +192,7 @@ def test_tracing_measures_each_new_summary_once_and_nothing_else(traced: Traced)
 
 
 @pytest.mark.parametrize("traced", [False], indirect=True)
-def test_without_a_provider_a_fold_is_not_traced(traced: Traced) -> None:
+def test_without_a_provider_a_fold_is_not_traced(traced: Any) -> None:
     calls: list[str] = []
     memory = RollingMemory(2, fold, lambda text: calls.append(text) or 1)
     for text in ("a", "b", "c"):
