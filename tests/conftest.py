@@ -11,6 +11,8 @@ Fixtures: ``char_counter`` (``len(text)``), ``word_counter`` (``len(text.split()
 ``recorder`` / ``make_recorder`` (sync), ``async_recorder`` / ``make_async_recorder``
 (pass ``rec.summarize`` to the async classes), ``failing_summarizer``, and ``make_gate`` /
 ``make_async_gate`` (summarizers that block until released, to act while a fold is in flight).
+``traced``: an application that traces with OpenTelemetry (a global tracer provider and an
+in-memory exporter, unset after the test; skips without ``opentelemetry-sdk``).
 ``async def test_...`` functions run in a fresh event loop (``asyncio.run``), through the
 :func:`pytest_pyfunc_call` hook below: no plugin needed.
 Hypothesis state machines cannot take fixtures: build them inside a test that receives
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -321,3 +324,47 @@ def _close_leftover_event_loop() -> Iterator[None]:
     if not loop.is_running():
         loop.close()
         policy.set_event_loop(None)
+
+
+class Traced:
+    """An application that traces with OpenTelemetry: its tracer provider, set globally (unless
+    ``install=False``: OpenTelemetry imported, no provider set), an in-memory exporter and a
+    tracer of its own. Skips the test without ``opentelemetry-sdk``."""
+
+    def __init__(self, install: bool = True) -> None:
+        sdk = pytest.importorskip("opentelemetry.sdk.trace")
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        self.exporter = InMemorySpanExporter()
+        self.provider = sdk.TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracer = self.provider.get_tracer("app")
+        if install:
+            trace.set_tracer_provider(self.provider)
+            assert trace.get_tracer_provider() is self.provider
+
+    def spans(self, name: str) -> list[Any]:
+        """The finished spans called ``name``, in the order they ended."""
+        return [span for span in self.exporter.get_finished_spans() if span.name == name]
+
+
+@pytest.fixture
+def traced(request: pytest.FixtureRequest) -> Iterator[Traced]:
+    """:class:`Traced` for one test (``@pytest.mark.parametrize("traced", [False], indirect=True)``
+    for no provider); the provider is unset after it (see :func:`_unset_tracer_provider`)."""
+    tracing = Traced(install=getattr(request, "param", True))
+    yield tracing
+    tracing.provider.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _unset_tracer_provider() -> Iterator[None]:
+    """A test (or a docs example) that sets OpenTelemetry's global tracer provider sets it for
+    itself only: every fold is a span while one is set. The reset is what OpenTelemetry's own test
+    utilities do."""
+    yield
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is not None and getattr(trace, "_TRACER_PROVIDER", None) is not None:
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, trace.Once()

@@ -9,6 +9,7 @@ added is, at all times, in the buffer, or in exactly one committed eviction, or 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
@@ -18,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollmem import AsyncRollingMemory, AsyncSummaryMemory, RollingMemory, SummaryMemory, WindowMemory
+from rollmem.memory import Memory
 from rollmem.message import Message, ToolCall
+from rollmem.policies import KeepAll
 
 TIMEOUT = 10.0
 
@@ -433,3 +436,93 @@ def test_a_counter_that_adds_raises_runtime_error_and_adds_nothing() -> None:
     with pytest.raises(RuntimeError, match="token_counter called back into the memory"):
         memory.add_user_message("hello")
     assert memory.buffer == []
+
+
+# -- a counter whose result no store can keep (issue 28 item 5) ------------------------------------
+
+HUGE = 2**64
+RULE = "expected a non-negative int below 2**63"
+
+
+def exactly(text: str) -> str:
+    return f"^{re.escape(text)}$"
+
+
+def _huge_for(word: str) -> Callable[[str], int]:
+    """A counter that returns 2**64 for a text containing ``word``, else its length."""
+    return lambda text: HUGE if word in text else len(text)
+
+
+@pytest.mark.parametrize("cost", [2**63, HUGE, 10**30])
+def test_a_cost_of_2_63_or_more_is_refused_naming_the_counter(cost: int) -> None:
+    memory = RollingMemory(100, token_counter=lambda text: cost if "big" in text else 1)
+    memory.add_user_message("a")
+    before = memory.to_dict()
+    expected = exactly(f"token_counter returned {cost} for the new message; {RULE}")
+    with memory.record() as changes, pytest.raises(ValueError, match=expected):
+        memory.add_user_message("big")
+    assert (memory.to_dict(), changes, memory.costs()) == (before, [], [1])
+
+
+def test_the_largest_storable_cost_is_accepted() -> None:
+    memory = RollingMemory(2**63 - 1, token_counter=lambda text: 2**63 - 1)
+    memory.add_user_message("a")
+    assert memory.costs() == [2**63 - 1]
+
+
+def test_extend_with_a_huge_cost_appends_nothing() -> None:
+    memory = RollingMemory(100, token_counter=_huge_for("huge"))
+    with pytest.raises(ValueError, match=exactly(f"token_counter returned {HUGE} for messages[1]; {RULE}")):
+        memory.extend([Message("user", "a"), Message("user", "huge")])
+    assert memory.buffer == []
+
+
+def test_a_huge_cost_found_when_recounting_an_assigned_buffer_names_its_position() -> None:
+    memory = RollingMemory(100, token_counter=_huge_for("huge"))
+    memory.buffer = [Message("user", "a"), Message("user", "huge")]
+    with pytest.raises(ValueError, match=exactly(f"token_counter returned {HUGE} for buffer[1]; {RULE}")):
+        memory.add_user_message("b")
+    assert [m.content for m in memory.buffer] == ["a", "huge"]
+
+
+def test_a_policy_cost_of_2_63_names_the_policy() -> None:
+    class Heavy(KeepAll):
+        def cost(self, message: Message) -> int:
+            return 2**63
+
+    memory = Memory(Heavy())
+    with pytest.raises(ValueError, match=exactly(f"Heavy.cost returned {2**63} for the new message; {RULE}")):
+        memory.add_user_message("x")
+    assert memory.buffer == []
+
+
+def test_async_memory_refuses_a_huge_cost() -> None:
+    async def main() -> None:
+        memory = AsyncRollingMemory(100, token_counter=_huge_for("huge"))
+        with pytest.raises(
+            ValueError, match=exactly(f"token_counter returned {HUGE} for the new message; {RULE}")
+        ):
+            await memory.add_user_message("huge")
+        assert memory.buffer == []
+
+    asyncio.run(asyncio.wait_for(main(), TIMEOUT))
+
+
+@pytest.mark.parametrize(("costs", "bad"), [([1, HUGE], 1), ([2**63, 1], 0)])
+def test_restored_costs_of_2_63_or_more_are_refused(costs: list[int], bad: int) -> None:
+    memory = RollingMemory(100, token_counter=len)
+    memory.add_user_message("kept")
+    before = memory.to_dict()
+    state = {"version": 2, "summary": "", "buffer": [{"role": "user", "content": "x"}] * len(costs)}
+    with pytest.raises(ValueError, match=exactly(f"costs[{bad}] must be < 2**63, got {costs[bad]}")):
+        memory.restore(state, costs=costs)
+    assert (memory.to_dict(), memory.costs()) == (before, [4])
+
+
+def test_extending_with_nothing_calls_no_counter() -> None:
+    calls: list[str] = []
+    memory = RollingMemory(100, token_counter=lambda text: calls.append(text) or 1)
+    memory.buffer = [Message("user", "a")]  # counted at the next add
+    with memory.record() as changes:
+        memory.extend([])
+    assert (calls, changes) == ([], [])

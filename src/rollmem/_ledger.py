@@ -24,12 +24,16 @@ from __future__ import annotations
 import operator
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional
 
 from .message import Message
 
-__all__ = ["Ledger", "Plan", "TrackedList", "check_message", "checked_messages", "is_reply"]
+__all__ = ["COST_LIMIT", "Ledger", "Plan", "TrackedList", "check_message", "checked_messages", "is_reply"]
+
+COST_LIMIT = 2**63
+"""Every message cost is an ``int`` in ``range(COST_LIMIT)``: a store keeps it as a signed 64-bit
+integer (the memory refuses a counter's result, or a restored cost, outside it)."""
 
 _REPLY_ROLES = frozenset(("assistant", "tool"))
 
@@ -115,15 +119,24 @@ for _name in ("__delitem__", "__imul__", "pop", "remove", "clear", "sort", "reve
 
 
 class Plan:
-    """Which leading units to cut; the non-pinned ones among them leave the buffer."""
+    """Which leading units to cut; the non-pinned ones among them leave the buffer: ``messages``,
+    at the buffer positions ``taken`` (``None``: the first ``len(messages)``)."""
 
-    __slots__ = ("cost", "epoch", "messages", "units")
+    __slots__ = ("cost", "epoch", "messages", "taken", "units")
 
-    def __init__(self, units: int, messages: list[Message], cost: int, epoch: int) -> None:
+    def __init__(
+        self, units: int, messages: list[Message], cost: int, epoch: int, taken: Optional[list[int]] = None
+    ) -> None:
         self.units = units
         self.messages = messages
         self.cost = cost
         self.epoch = epoch
+        self.taken = taken
+
+    @property
+    def positions(self) -> Sequence[int]:
+        """The buffer positions (when planned) of the messages that leave."""
+        return range(len(self.messages)) if self.taken is None else self.taken
 
 
 Measure = Callable[[Message, int], int]
@@ -343,22 +356,24 @@ class Ledger:
         stop = self._stop(count - 1)
         offset = self._offset
         head = stop - offset
+        taken: Optional[list[int]] = None
         if not self._pinned:  # the common case: the cut is a plain prefix
             messages = self._shadow[:head]
             cost = sum(self._costs[:head])
         else:
             shadow, costs, starts, flags = self._shadow, self._costs, self._starts, self._flags
-            messages = []
+            messages, taken = [], []
             cost = 0
             for position in range(count):
                 if not flags[position]:
                     first, last = starts[position] - offset, self._stop(position) - offset
                     messages.extend(shadow[first:last])
+                    taken.extend(range(first, last))
                     cost += sum(costs[first:last])
             if not messages:
                 return None
         self._guard = stop
-        return Plan(count, messages, cost, self.epoch)
+        return Plan(count, messages, cost, self.epoch, taken)
 
     def abort(self, plan: Plan) -> None:
         """Forget a plan that will not be committed."""

@@ -6,16 +6,14 @@
   costs, when to evict, what leaves (``TokenBudget`` for :class:`RollingMemory`,
   ``MessageWindow`` for :class:`WindowMemory`, ``FoldAll`` for :class:`SummaryMemory`,
   ``KeepAll`` for :class:`BufferMemory`);
-- the base :class:`_Memory` holds everything that needs no I/O: state (``summary``, ``buffer``),
-  reads, ``stats()``, serialization (``to_dict``, :meth:`_Memory.from_dict`,
-  :meth:`_Memory.restore`) and the *flows*, generators written once that yield the calls to make
-  and receive their results: :meth:`_Memory._fold_flow` (plan, yield ``summarize(summary,
-  evicted)``, commit or leave everything as it was, yield ``on_evict(evicted)``), and the flows
-  of settling after an add, ``extend``, ``fold(keep_last)`` and ``replay``;
-- the driver only runs flows (``_drive``) and holds the fold lock. :class:`_SyncMemory` (plain
-  methods, thread-safe, folds serialized by a thread lock) and :class:`_AsyncMemory` (coroutine
-  methods, folds serialized by an asyncio lock, optionally in a background task) differ in
-  nothing else: one calls what a flow yields, the other also awaits what returns an awaitable.
+- the base :class:`_Memory` holds everything that needs no I/O, in three layers: the state and
+  its plain changes, each recorded (:mod:`rollmem._state`); the *flows*, generators written once
+  that yield the calls to make (:mod:`rollmem._folding`: the fold, settling after an add,
+  ``extend``, ``fold(keep_last)``, ``replay``); and here the reads and serialization;
+- the driver performs what a flow yields (``_perform``, run by :mod:`rollmem._flow`) and holds
+  the fold lock: :class:`_SyncMemory` (plain methods, thread-safe) calls it, :class:`_AsyncMemory`
+  (coroutine methods, optionally folding in a background task) also awaits what returns an
+  awaitable. They differ in nothing else.
 
 **Changes** are typed records (:mod:`rollmem.changes`): :meth:`_Memory.record` collects what a
 block of work changed, ``replay`` applies it to another memory (used by :mod:`rollmem.sessions`).
@@ -29,30 +27,18 @@ on_evict=...)``. ``from_dict`` and everything else come from the base (see
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import threading
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, ClassVar, Optional, TypeVar, Union, overload
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Optional, TypeVar, Union, overload
 
 from . import _validate as v
-from ._ledger import Ledger, Plan, checked_messages
+from ._base import _ASYNC_TWINS, PlanFn, _async_advice, _Call, _Folding
+from ._flow import arun, run
+from ._ledger import COST_LIMIT
 from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
-from .changes import (
-    _CHANGE_TYPES,
-    Appended,
-    BufferAssigned,
-    Change,
-    Cleared,
-    Dropped,
-    Folded,
-    Pinned,
-    Restored,
-    SummaryAssigned,
-    Unpinned,
-)
+from .changes import Change
 from .counters import words
 from .errors import InvalidStateError
 from .message import (
@@ -89,7 +75,6 @@ _READABLE_VERSIONS = (1, 2)
 
 _M = TypeVar("_M", bound="_Memory")
 _T = TypeVar("_T")
-PlanFn = Callable[[Ledger], Optional[Plan]]
 
 
 @dataclass(frozen=True)
@@ -112,18 +97,6 @@ class MemoryStats:
     def to_dict(self) -> dict[str, Optional[int]]:
         """The fields as a plain dict."""
         return asdict(self)
-
-
-class _Fold:
-    """A fold between its plan and its commit: what was cut, and what the commit must still find."""
-
-    __slots__ = ("generation", "keep_last", "plan", "summary")
-
-    def __init__(self, plan: Plan, summary: str, generation: int, keep_last: Optional[int]) -> None:
-        self.plan = plan
-        self.summary = summary
-        self.generation = generation
-        self.keep_last = keep_last  # set for an explicit fold(keep_last)
 
 
 class _PolicySetting:
@@ -151,347 +124,14 @@ class _PolicySetting:
             setattr(memory._policy, self.name, value)
 
 
-_ASYNC_TWINS: dict[type, type] = {}
-"""Each sync class -> the async class with the same policy (declared by the async class:
-``class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory)``)."""
-
-
-def _async_advice(cls: type) -> str:
-    twin = next((_ASYNC_TWINS[base] for base in cls.__mro__ if base in _ASYNC_TWINS), None)
-    if twin is not None:
-        return f"use {twin.__name__} for async callables"
-    return f"{cls.__name__} calls it synchronously; pass a plain function (AsyncMemory takes coroutines)"
-
-
-def _awaitable_result(result: object, cls: type) -> TypeError:
-    close = getattr(result, "close", None)
-    if callable(close):
-        close()  # a coroutine that is never awaited would warn
-    return TypeError(f"summarize_fn returned an awaitable: {_async_advice(cls)}")
-
-
 def _check_summarizer(summarize_fn: object) -> None:
     if summarize_fn is None:
         raise ValueError("summarize_fn is required: a summary-only memory has nowhere else to keep turns")
 
 
-def _check_keep_last(keep_last: object) -> int:
-    return v.check_int("keep_last", keep_last, 0)
-
-
-class _Call:
-    """A call a flow asks its driver to make: the sync driver calls it, the async driver also
-    awaits what it returns when that is awaitable. ``summary``: the result must be a summary
-    (the sync driver refuses an awaitable one)."""
-
-    __slots__ = ("args", "fn", "summary")
-
-    def __init__(self, fn: Callable[..., Any], *args: Any, summary: bool = False) -> None:
-        self.fn = fn
-        self.args = args
-        self.summary = summary
-
-
-_Flow = Generator[_Call, Any, _T]
-"""An operation written once: it yields the calls to make and receives their results (or has
-their exceptions thrown in); :meth:`_SyncMemory._drive` and :meth:`_AsyncMemory._drive` run it."""
-
-
-class _Memory:
-    """State, reads, serialization and the fold flow shared by every memory class; the eviction
-    rule is the ``policy`` given to the constructor."""
-
-    _sync_callbacks: ClassVar[bool] = False
-    """Declared by the driver: ``True`` when it calls ``summarize_fn`` and ``on_evict`` without
-    awaiting them (coroutine functions are then refused, with advice naming the async twin)."""
-    _folds_on_request: ClassVar[bool] = False
-    """Declared by the classes with a public ``fold()``: ``replay`` redoes explicit folds."""
-
-    def __init__(
-        self,
-        policy: Policy,
-        summarize_fn: Optional[Callable[..., Any]] = None,
-        on_evict: Optional[EvictHook] = None,
-    ) -> None:
-        if self._sync_callbacks:
-            v.check_not_coroutine("summarize_fn", summarize_fn, _async_advice(type(self)))
-            v.check_not_coroutine("on_evict", on_evict, _async_advice(type(self)))
-        if not isinstance(policy, Policy):
-            raise v.type_error("policy", "a rollmem.policies.Policy", policy)
-        v.check_callable("summarize_fn", summarize_fn, optional=True)
-        v.check_callable("on_evict", on_evict, optional=True)
-        self._policy = policy
-        self._cost = policy.cost
-        self._summary = ""
-        self._ledger = Ledger()
-        self._lock = threading.RLock()
-        self._summarize_fn = summarize_fn
-        self._on_evict = on_evict
-        self._generation = 0  # bumped by clear() and by assignments: a fold in flight then loses
-        self._counts = dict.fromkeys(
-            ("folds", "summarizer_calls", "failed_folds", "messages_summarized", "messages_dropped"), 0
-        )
-        self._summary_tokens: tuple[str, int] = ("", 0)
-        self._recorders: list[list[Change]] = []  # the lists recording changes now (copied on change)
-        self._journal: Optional[list[Change]] = None  # the list of start_recording(), if running
-        self._counting: set[int] = set()  # threads inside a token_counter call
-
-    @property
-    def policy(self) -> Policy:
-        """The eviction rule of this memory (see :mod:`rollmem.policies`)."""
-        return self._policy
-
-    def __repr__(self) -> str:
-        """``<RollingMemory max_tokens=2000 target_tokens=1000: 12 messages, summary of 340 chars,
-        3 folds>``: settings and sizes, read without calling the counter or any other callback."""
-        settings = "".join(f" {name}={value!r}" for name, value in self._policy.settings().items())
-        messages = v.plural(len(self._ledger.items), "message")
-        summary = v.plural(len(self._summary), "char")
-        folds = v.plural(self._counts["folds"], "fold")
-        return f"<{type(self).__name__}{settings}: {messages}, summary of {summary}, {folds}>"
-
-    # -- public state -----------------------------------------------------------------------
-
-    @property
-    def summary(self) -> str:
-        """The running summary of everything folded out of the buffer (``""`` when none)."""
-        return self._summary
-
-    @summary.setter
-    def summary(self, value: str) -> None:
-        v.check_text(v.check_str("summary", value), "summary")
-        with self._lock:
-            self._summary = value
-            self._generation += 1
-            self._record(SummaryAssigned(value))
-
-    @property
-    def buffer(self) -> list[Message]:
-        """The verbatim recent messages, oldest first. Callers may mutate or assign it; the memory
-        notices and recounts only the messages it has not seen."""
-        return self._ledger.items
-
-    @buffer.setter
-    def buffer(self, messages: Iterable[Message]) -> None:
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
-            raise TypeError(f"buffer: expected an iterable of Message, got {type(messages).__name__}")
-        messages = checked_messages(messages)  # rejected now, not at the next add
-        with self._lock:
-            self._ledger.replace(messages)
-            self._generation += 1
-            self._record(BufferAssigned(tuple(self._ledger.items)))
-
-    # -- measuring and appending ------------------------------------------------------------
-
-    def _measure(self, message: Message, where: str) -> int:
-        ident = threading.get_ident()
-        counting = self._counting
-        if ident in counting:  # the counter (or the policy's cost rule) called back into this memory
-            raise RuntimeError(f"token_counter called back into the memory while measuring {where}")
-        counting.add(ident)
-        try:
-            cost = self._cost(message)
-        finally:
-            counting.discard(ident)
-        if (type(cost) is not int and not v.is_int(cost)) or cost < 0:
-            raise self._bad_cost(cost, where)
-        return cost
-
-    def _bad_cost(self, cost: object, where: str) -> Exception:
-        source = self._policy.cost_source
-        if not v.is_int(cost):
-            return TypeError(f"{source} returned {v.type_name(cost)} for {where}; expected int")
-        return ValueError(f"{source} returned {cost} for {where}; expected a non-negative int")
-
-    def _measure_at(self, message: Message, position: int) -> int:
-        return self._measure(message, f"buffer[{position}]")
-
-    def _new_message(
-        self,
-        role: str,
-        content: str,
-        id: Optional[str],
-        tool_calls: Iterable[ToolCall],
-        tool_call_id: Optional[str],
-        metadata: Optional[Mapping[str, Any]],
-        pinned: bool,
-    ) -> Message:
-        return Message(
-            role, content, id, tool_calls, tool_call_id, NO_METADATA if metadata is None else metadata, pinned
-        )
-
-    def _append_one(self, message: Message) -> None:
-        """Count, then append one message; a failure appends nothing."""
-        cost = self._measure(message, "the new message")
-        with self._lock:
-            ledger = self._ledger
-            if ledger.dirty:
-                ledger.sync(self._measure_at)
-            ledger.append(message, cost)
-            if self._recorders:
-                self._record(Appended((message,), (cost,)))
-
-    def _append(self, messages: Sequence[Message]) -> None:
-        """Count them all, then append them all; a failure appends nothing."""
-        costs = [self._measure(message, f"messages[{i}]") for i, message in enumerate(messages)]
-        with self._lock:
-            ledger = self._ledger
-            ledger.sync(self._measure_at)
-            for message, cost in zip(messages, costs):
-                ledger.append(message, cost)
-            self._record(Appended(tuple(messages), tuple(costs)))
-
-    @staticmethod
-    def _check_batch(messages: Iterable[Message]) -> list[Message]:
-        batch = list(messages)
-        for index, message in enumerate(batch):
-            if not isinstance(message, Message):
-                raise v.type_error(f"messages[{index}]", "Message", message)
-        return batch
-
-    def _record(self, change: Change) -> None:
-        """Append ``change`` to every open recording; the caller holds the state lock."""
-        for changes in self._recorders:
-            changes.append(change)
-
-    def _fold_record(
-        self,
-        summary: str,
-        positions: tuple[int, ...],
-        messages: tuple[Message, ...],
-        keep_last: Optional[int],
-    ) -> Change:
-        if self._summarize_fn is None:
-            return Dropped(positions, messages, keep_last)
-        return Folded(summary, positions, messages, keep_last)
-
-    def _record_fold(self, fold: _Fold, before: Sequence[Message], new_summary: str) -> None:
-        """Record a committed fold: the buffer positions (before the commit) of what left."""
-        positions: list[int] = []
-        index = 0
-        for message in fold.plan.messages:  # the cut is an ordered subsequence of the buffer's front
-            while before[index] is not message:
-                index += 1
-            positions.append(index)
-            index += 1
-        self._record(
-            self._fold_record(new_summary, tuple(positions), tuple(fold.plan.messages), fold.keep_last)
-        )
-
-    def _needs_fold(self) -> bool:
-        """Whether the policy may find something to evict (or the buffer must be recounted)."""
-        ledger = self._ledger
-        return ledger.dirty or self._policy.over(ledger)
-
-    # -- the fold flow ----------------------------------------------------------------------
-
-    def _begin_fold(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[_Fold]:
-        """Plan a fold; ``None`` when there is nothing to cut. The caller holds the fold lock and
-        ends the fold with :meth:`_finish_fold` or :meth:`_fail_fold`."""
-        ledger = self._ledger
-        with self._lock:
-            if ledger.dirty:
-                ledger.sync(self._measure_at)
-            plan = plan_fn(ledger)
-            if plan is None:
-                return None
-            if self._summarize_fn is not None:
-                self._counts["summarizer_calls"] += 1
-            return _Fold(plan, self._summary, self._generation, keep_last)
-
-    def _fail_fold(self, fold: _Fold, error: BaseException) -> None:
-        """End a fold whose summarizer call raised (or was cancelled): nothing changes."""
-        with self._lock:
-            self._ledger.abort(fold.plan)
-            if isinstance(error, Exception):
-                self._counts["failed_folds"] += 1
-
-    def _finish_fold(self, fold: _Fold, new_summary: object) -> Optional[int]:
-        """Commit a fold with the summarizer's answer; returns how many messages left the buffer,
-        or ``None`` when a change made meanwhile (a clear, a pin, an assignment) won."""
-        if not isinstance(new_summary, str):
-            error = TypeError(f"summarize_fn returned {type(new_summary).__name__}; expected str")
-            self._fail_fold(fold, error)
-            raise error
-        if not new_summary.isascii():
-            try:
-                v.check_text(new_summary, "summary")
-            except InvalidStateError as error:
-                failure = ValueError(f"summarize_fn returned a summary that is {error.problem}")
-                self._fail_fold(fold, failure)
-                raise failure from None
-        plan = fold.plan
-        with self._lock:
-            ledger = self._ledger
-            before = list(ledger.items) if self._recorders else ()
-            if fold.generation != self._generation or not ledger.commit(plan):
-                ledger.abort(plan)
-                return None
-            self._summary = new_summary
-            counts = self._counts
-            counts["folds"] += 1
-            removed = len(plan.messages)
-            key = "messages_dropped" if self._summarize_fn is None else "messages_summarized"
-            counts[key] += removed
-            if self._recorders:
-                self._record_fold(fold, before, new_summary)
-        return removed
-
-    def _fold_flow(self, plan_fn: PlanFn, keep_last: Optional[int]) -> _Flow[Optional[int]]:
-        """One fold: plan, ``summarize(summary, evicted)``, commit, ``on_evict(evicted)``. The
-        driver runs it holding its fold lock (:meth:`_run`); a failed or cancelled summarizer
-        call leaves everything as it was and propagates. Returns what :meth:`_finish_fold` does."""
-        fold = self._begin_fold(plan_fn, keep_last)
-        if fold is None:
-            return 0
-        summarize = self._summarize_fn
-        new_summary: object = fold.summary
-        if summarize is not None:
-            try:
-                # a fresh list: a callback that changes what it is given cannot reach the ledger
-                new_summary = yield _Call(summarize, fold.summary, list(fold.plan.messages), summary=True)
-            except BaseException as exc:
-                self._fail_fold(fold, exc)
-                raise
-        count = self._finish_fold(fold, new_summary)
-        if count and self._on_evict is not None:
-            yield _Call(self._on_evict, list(fold.plan.messages))
-        return count
-
-    def _settle_flow(self) -> _Flow[None]:
-        """Fold until the policy is satisfied (a fold discarded by a change made meanwhile is
-        planned again; one that finds nothing to cut ends it)."""
-        while self._needs_fold():
-            if (yield _Call(self._run, self._policy.plan)) == 0:
-                return
-
-    def _fold_keeping_flow(self, keep_last: object) -> _Flow[int]:
-        """``fold(keep_last)``: fold all but the newest ``keep_last``; records a fold of nothing
-        when nothing left."""
-        keep = _check_keep_last(keep_last)
-        count = yield _Call(self._run, lambda ledger: ledger.plan_keep_last(keep), keep)
-        if not count:
-            with self._lock:
-                self._record(self._fold_record(self._summary, (), (), keep))
-        return count or 0
-
-    def _extend_flow(self, messages: Iterable[Message]) -> _Flow[None]:
-        """``extend(messages)``: append them all (or none), then evict once."""
-        batch = self._check_batch(messages)
-        if batch:
-            self._append(batch)
-            yield _Call(self._prune)
-
-    def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Any:
-        """The driver runs :meth:`_fold_flow` under its fold lock: ``0`` when called back from
-        inside its own fold (that fold goes on), else what the flow returns."""
-        raise NotImplementedError
-
-    def _prune(self) -> Any:
-        """The driver evicts what the policy says after an add (:meth:`_settle_flow`)."""
-        raise NotImplementedError
-
-    # -- reads ------------------------------------------------------------------------------
+class _Memory(_Folding):
+    """Everything shared by every memory class (state, changes and flows from its bases), with
+    the reads and serialization; the eviction rule is the ``policy`` given to the constructor."""
 
     def get_messages(self) -> list[Message]:
         """The buffer, preceded by ``Message("system", summary)`` when the summary is non-empty."""
@@ -512,157 +152,16 @@ class _Memory:
             ledger = self._ledger
             ledger.sync(self._measure_at)
             counts_tokens = self._policy.counts_tokens
-            summary_tokens: Optional[int] = None
-            if counts_tokens:
-                text, tokens = self._summary_tokens
-                if text != self._summary:
-                    tokens = self._measure(Message(SYSTEM, self._summary), "the summary")
-                    self._summary_tokens = (self._summary, tokens)
-                summary_tokens = tokens if self._summary else 0
             limit, goal = self._policy.limits()
             return MemoryStats(
                 messages=len(ledger.items),
                 pinned=ledger.pinned,
                 buffer_tokens=ledger.total if counts_tokens else None,
-                summary_tokens=summary_tokens,
+                summary_tokens=self._summary_cost(self._summary) if counts_tokens else None,
                 max_tokens=limit,
                 target_tokens=goal,
                 **self._counts,
             )
-
-    # -- plain mutations --------------------------------------------------------------------
-
-    def clear(self) -> None:
-        """Empty summary and buffer. A fold in flight is discarded."""
-        with self._lock:
-            self._summary = ""
-            self._ledger.clear()
-            self._generation += 1
-            self._record(Cleared())
-
-    def pin(self, message_id: str) -> None:
-        """Pin every buffer message whose ``id`` is ``message_id``: it will never be evicted."""
-        self._set_pinned(message_id, True)
-
-    def unpin(self, message_id: str) -> None:
-        """Let the buffer messages whose ``id`` is ``message_id`` be evicted again."""
-        self._set_pinned(message_id, False)
-
-    def _set_pinned(self, message_id: str, pinned: bool) -> None:
-        with self._lock:
-            ledger = self._ledger
-            ledger.sync(self._measure_at)
-            positions = [i for i, m in enumerate(ledger.items) if m.id == message_id]
-            if not positions:
-                raise KeyError(f"no message with id {message_id!r} in the buffer")
-            for position in positions:
-                message = ledger.items[position]
-                if message.pinned != pinned:
-                    ledger.set_at(position, replace(message, pinned=pinned))
-            self._record(Pinned(message_id) if pinned else Unpinned(message_id))
-
-    # -- recording and replaying changes ----------------------------------------------------
-
-    @property
-    def recording(self) -> bool:
-        """Whether the changes made to this memory are being recorded (:meth:`record` or
-        :meth:`start_recording`)."""
-        return bool(self._recorders)
-
-    def _open_recording(self) -> list[Change]:
-        changes: list[Change] = []
-        with self._lock:
-            self._recorders = [*self._recorders, changes]
-        return changes
-
-    def _close_recording(self, changes: list[Change]) -> None:
-        with self._lock:
-            self._recorders = [other for other in self._recorders if other is not changes]
-
-    def start_recording(self) -> None:
-        """Record every change from now on, until :meth:`stop_recording`. ``RuntimeError`` if a
-        recording started this way is already running (:meth:`record` blocks may run alongside)."""
-        with self._lock:
-            if self._journal is not None:
-                raise RuntimeError("this memory is already recording its changes")
-            self._journal = self._open_recording()
-
-    def stop_recording(self) -> tuple[Change, ...]:
-        """End the recording; returns the changes made since :meth:`start_recording`, in order
-        (empty when none was running)."""
-        with self._lock:
-            changes, self._journal = self._journal, None
-            if changes is not None:
-                self._close_recording(changes)
-        return tuple(changes or ())
-
-    @contextmanager
-    def record(self) -> Iterator[list[Change]]:
-        """``with memory.record() as changes:``: the :mod:`rollmem.changes` records of what the
-        block changes, from any thread or task, appended to ``changes`` in the order they happen
-        (complete when the block exits). Blocks may nest or overlap; each gets every change made
-        while it is open."""
-        changes = self._open_recording()
-        try:
-            yield changes
-        finally:
-            self._close_recording(changes)
-
-    def _replay_flow(self, changes: Iterable[Change]) -> _Flow[None]:
-        """The replay flow: applies the plain changes itself and runs the flows of ``extend`` and
-        (on the classes with a public ``fold()``) of ``fold`` for the adds and explicit folds."""
-        batch = list(changes)
-        for index, change in enumerate(batch):
-            if not isinstance(change, _CHANGE_TYPES):
-                raise v.type_error(f"changes[{index}]", "a rollmem.changes record", change)
-        for change in batch:
-            if isinstance(change, Appended):
-                yield from self._extend_flow(change.messages)
-            elif isinstance(change, (Folded, Dropped)):
-                if change.keep_last is not None and self._folds_on_request:
-                    yield from self._fold_keeping_flow(change.keep_last)  # automatic folds: the policy's
-            elif isinstance(change, Cleared):
-                self.clear()
-            elif isinstance(change, (Pinned, Unpinned)):
-                with contextlib.suppress(KeyError):  # the message left in the other writer's state
-                    self._set_pinned(change.message_id, isinstance(change, Pinned))
-            elif isinstance(change, SummaryAssigned):
-                self.summary = change.summary
-            elif isinstance(change, BufferAssigned):
-                self.buffer = list(change.messages)
-            else:
-                self._restore(change.summary, list(change.messages))
-
-    # -- what persistence needs -------------------------------------------------------------
-
-    @property
-    def on_evict(self) -> Optional[EvictHook]:
-        """The hook called with the messages of each committed eviction (``None``: none). It may be
-        replaced (:mod:`rollmem.sessions` holds it back until a session's changes are saved)."""
-        return self._on_evict
-
-    @on_evict.setter
-    def on_evict(self, hook: Optional[EvictHook]) -> None:
-        v.check_callable("on_evict", hook, optional=True)
-        if self._sync_callbacks:
-            v.check_not_coroutine("on_evict", hook, _async_advice(type(self)))
-        self._on_evict = hook
-
-    @property
-    def token_counter(self) -> Optional[TokenCounter]:
-        """The counter that measures each message (``None`` when the policy counts no tokens).
-        Its identity (:func:`rollmem.counters.counter_identity`) tells whether stored costs hold."""
-        counter: Optional[TokenCounter] = getattr(self._policy, "token_counter", None)
-        return counter
-
-    def costs(self) -> list[int]:
-        """The cost of each buffer message by this memory's policy, aligned with :attr:`buffer`."""
-        with self._lock:
-            ledger = self._ledger
-            ledger.sync(self._measure_at)
-            return ledger.costs()
-
-    # -- serialization ----------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """``{"version": 2, "summary": ..., "buffer": [message dicts]}``, JSON-ready."""
@@ -686,9 +185,10 @@ class _Memory:
     def restore(self, data: Mapping[str, Any], *, costs: Optional[Sequence[int]] = None) -> None:
         """Replace summary and buffer with the ``to_dict()`` output ``data`` (versions 1 and 2;
         buffer items may also be ``Message`` objects), verbatim: no pruning, no summarizer call.
-        With ``costs`` (one ``int`` >= 0 per message, measured by this memory's policy, e.g.
-        stored by :mod:`rollmem.sessions`) the messages are not counted again. Nothing changes
-        on error; a fold in flight is discarded. The counters of ``stats()`` go on."""
+        With ``costs`` (one ``int`` >= 0 and < 2**63 per message, measured by this memory's
+        policy, e.g. stored by :mod:`rollmem.sessions`) the messages are not counted again.
+        Nothing changes on error; a fold in flight is discarded. The counters of ``stats()`` go
+        on."""
         summary, messages = _parse_state(data)
         known: Optional[list[int]] = None
         if costs is not None:
@@ -697,20 +197,13 @@ class _Memory:
             known = list(costs)
             if len(known) != len(messages):
                 raise ValueError(f"costs: expected {len(messages)} costs, got {len(known)}")
-            if not set(map(type, known)) <= {int} or (known and min(known) < 0):
+            if not set(map(type, known)) <= {int} or (
+                known and not 0 <= min(known) <= max(known) < COST_LIMIT
+            ):
                 for index, cost in enumerate(known):  # name the bad one
-                    v.check_int(f"costs[{index}]", cost, 0)
+                    if v.check_int(f"costs[{index}]", cost, 0) >= COST_LIMIT:
+                        raise v.value_error(f"costs[{index}]", "< 2**63", cost)
         self._restore(summary, messages, known)
-
-    def _restore(self, summary: str, messages: list[Message], costs: Optional[list[int]] = None) -> None:
-        with self._lock:
-            self._summary = summary
-            if costs is None:
-                self._ledger.replace(messages)  # counted at the next sync
-            else:
-                self._ledger.load(messages, costs)
-            self._generation += 1
-            self._record(Restored(summary, tuple(messages)))
 
 
 def _parse_state(data: object) -> tuple[str, list[Message]]:
@@ -739,27 +232,21 @@ class _SyncMemory(_Memory):
         self,
         policy: Policy,
         summarize_fn: Optional[SummarizeFn] = None,
+        *,
         on_evict: Optional[EvictHook] = None,
     ) -> None:
         super().__init__(policy, summarize_fn, on_evict)
         self._fold_lock = threading.RLock()
 
-    def _drive(self, flow: _Flow[_T]) -> _T:
-        """Run ``flow``, making each call it yields; a summarizer that returns an awaitable fails."""
-        try:
-            call = next(flow)
-            while True:
-                try:
-                    result = call.fn(*call.args)
-                    if call.summary and type(result) is not str and inspect.isawaitable(result):
-                        raise _awaitable_result(result, type(self))
-                except BaseException as exc:
-                    call = flow.throw(exc)
-                else:
-                    call = flow.send(result)
-        except StopIteration as stop:
-            done: _T = stop.value
-            return done
+    def _perform(self, call: _Call) -> Any:
+        """Make a call a flow yields; a summarizer that returns an awaitable fails."""
+        result = call.fn(*call.args)
+        if call.summary and type(result) is not str and inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()  # a coroutine that is never awaited would warn
+            raise TypeError(f"summarize_fn returned an awaitable: {_async_advice(type(self))}")
+        return result
 
     def add_message(
         self,
@@ -773,7 +260,8 @@ class _SyncMemory(_Memory):
         pinned: bool = False,
     ) -> Message:
         """Append a message, then evict what the policy says; returns the message."""
-        message = self._new_message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
+        metadata = NO_METADATA if metadata is None else metadata
+        message = Message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
         self._append_one(message)
         self._prune()
         return message
@@ -830,7 +318,7 @@ class _SyncMemory(_Memory):
 
     def extend(self, messages: Iterable[Message]) -> None:
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
-        self._drive(self._extend_flow(messages))
+        run(self._extend_flow(messages), self._perform)
 
     def _prune(self) -> None:
         ledger, policy = self._ledger, self._policy
@@ -843,26 +331,13 @@ class _SyncMemory(_Memory):
         with self._fold_lock:
             if self._ledger.in_flight:
                 return 0  # called back from inside this thread's own fold: leave it to that fold
-            return self._drive(self._fold_flow(plan_fn, keep_last))
+            return run(self._fold_flow(plan_fn, keep_last), self._perform)
 
     def replay(self, changes: Iterable[Change]) -> None:
         """Apply recorded changes (see :mod:`rollmem.changes`) through this memory's methods: the
         appended messages are added and this memory's policy evicts as it would have. A
         non-record raises ``TypeError`` before anything changes."""
-        self._drive(self._replay_flow(changes))
-
-
-class _NoLock:
-    """Stands for the fold lock when the task re-entering a fold already holds it."""
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_LOCK = _NoLock()
+        run(self._replay_flow(changes), self._perform)
 
 
 class _AsyncMemory(_Memory):
@@ -880,6 +355,7 @@ class _AsyncMemory(_Memory):
         self,
         policy: Policy,
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
+        *,
         on_evict: Optional[EvictHook] = None,
         background: bool = False,
     ) -> None:
@@ -891,22 +367,11 @@ class _AsyncMemory(_Memory):
         self._task: Optional[asyncio.Task[None]] = None
         self._again = False  # an add found a background fold in flight
 
-    async def _drive(self, flow: _Flow[_T]) -> _T:
-        """Run ``flow``, making each call it yields and awaiting what returns an awaitable."""
-        try:
-            call = next(flow)
-            while True:
-                try:
-                    result = call.fn(*call.args)
-                    if inspect.isawaitable(result):
-                        result = await result
-                except BaseException as exc:
-                    call = flow.throw(exc)
-                else:
-                    call = flow.send(result)
-        except StopIteration as stop:
-            done: _T = stop.value
-            return done
+    @staticmethod
+    async def _perform(call: _Call) -> Any:
+        """Make a call a flow yields, awaiting what returns an awaitable."""
+        result = call.fn(*call.args)
+        return (await result) if inspect.isawaitable(result) else result
 
     async def add_message(
         self,
@@ -921,7 +386,8 @@ class _AsyncMemory(_Memory):
     ) -> Message:
         """Append a message, then evict what the policy says (in the background when configured
         so); returns the message."""
-        message = self._new_message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
+        metadata = NO_METADATA if metadata is None else metadata
+        message = Message(role, content, id, tool_calls, tool_call_id, metadata, pinned)
         self._append_one(message)
         await self._prune()
         return message
@@ -978,7 +444,7 @@ class _AsyncMemory(_Memory):
 
     async def extend(self, messages: Iterable[Message]) -> None:
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
-        await self._drive(self._extend_flow(messages))
+        await arun(self._extend_flow(messages), self._perform)
 
     @property
     def background(self) -> bool:
@@ -1000,27 +466,24 @@ class _AsyncMemory(_Memory):
             await asyncio.wait((task,))
         async with self._lock_for_loop():
             pass
-        await self._fold_until_settled()
+        await arun(self._settle_flow(), self._perform)
 
     async def _prune(self) -> None:
         if not self._needs_fold():
             return
         if not self._background:
-            await self._fold_until_settled()
+            await arun(self._settle_flow(), self._perform)
         elif self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._fold_in_background())
         else:
             self._again = True  # if the fold in flight fails, this add gets an attempt of its own
-
-    async def _fold_until_settled(self) -> None:
-        await self._drive(self._settle_flow())
 
     async def _fold_in_background(self) -> None:
         again = True
         while again:
             self._again = False
             try:
-                await self._fold_until_settled()
+                await arun(self._settle_flow(), self._perform)
                 return
             except Exception:  # retried by flush() and the next add
                 again = self._again  # something was added while the failed fold ran
@@ -1034,19 +497,20 @@ class _AsyncMemory(_Memory):
 
     async def _run(self, plan_fn: PlanFn, keep_last: Optional[int] = None) -> Optional[int]:
         task = asyncio.current_task()
-        reentered = self._fold_owner is task  # called back from a summarizer or hook of this task's fold
-        if reentered and self._ledger.in_flight:
-            return 0  # leave it to the fold in flight
-        async with _NO_LOCK if reentered else self._lock_for_loop():  # this task holds the lock already
+        if self._fold_owner is task:  # called back from a summarizer or hook of this task's fold,
+            if self._ledger.in_flight:  # which holds the lock: leave it to the fold in flight
+                return 0
+            return await arun(self._fold_flow(plan_fn, keep_last), self._perform)
+        async with self._lock_for_loop():
             owner, self._fold_owner = self._fold_owner, task
             try:
-                return await self._drive(self._fold_flow(plan_fn, keep_last))
+                return await arun(self._fold_flow(plan_fn, keep_last), self._perform)
             finally:
                 self._fold_owner = owner
 
     async def replay(self, changes: Iterable[Change]) -> None:
         """Apply recorded changes, as :meth:`Memory.replay` does, awaiting the adds and folds."""
-        await self._drive(self._replay_flow(changes))
+        await arun(self._replay_flow(changes), self._perform)
 
 
 class Memory(_SyncMemory):
@@ -1055,21 +519,12 @@ class Memory(_SyncMemory):
     ``summarize_fn`` call (dropped when there is none); if it raises, nothing changes and the
     error propagates. ``on_evict`` is called with what left, after each committed eviction."""
 
-    def __init__(
-        self,
-        policy: Policy,
-        summarize_fn: Optional[SummarizeFn] = None,
-        *,
-        on_evict: Optional[EvictHook] = None,
-    ) -> None:
-        super().__init__(policy, summarize_fn, on_evict)
-
     _folds_on_request = True
 
     def fold(self, keep_last: int = 0) -> int:
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
-        return self._drive(self._fold_keeping_flow(keep_last))
+        return run(self._fold_keeping_flow(keep_last), self._perform)
 
 
 class AsyncMemory(_AsyncMemory, twin_of=Memory):
@@ -1078,22 +533,12 @@ class AsyncMemory(_AsyncMemory, twin_of=Memory):
     ``background=True`` an add returns once the message is appended and the fold runs as a task
     (see :meth:`flush`); meanwhile the buffer may exceed what the policy allows."""
 
-    def __init__(
-        self,
-        policy: Policy,
-        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
-        *,
-        on_evict: Optional[EvictHook] = None,
-        background: bool = False,
-    ) -> None:
-        super().__init__(policy, summarize_fn, on_evict, background)
-
     _folds_on_request = True
 
     async def fold(self, keep_last: int = 0) -> int:
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call (awaited when async). Returns how many messages left the buffer."""
-        return await self._drive(self._fold_keeping_flow(keep_last))
+        return await arun(self._fold_keeping_flow(keep_last), self._perform)
 
 
 # -- the public classes: a policy and a driver each ---------------------------------------------

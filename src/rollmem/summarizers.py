@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from . import _validate as v
+from ._flow import arun, run
 from ._types import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from .counters import words
 from .message import SYSTEM, USER, Message
@@ -197,7 +198,7 @@ def _completion(value: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# prompt_summarizer: one flow, driven by a sync and an async driver
+# prompt_summarizer: one flow (yields each prompt, receives its completion), run by rollmem._flow
 
 
 @dataclass(frozen=True)
@@ -268,14 +269,7 @@ def prompt_summarizer(
     prompting = _prompting(template, max_summary_tokens, token_counter)
 
     def summarize(summary: str, messages: Sequence[Message]) -> str:
-        flow = prompting.flow(summary, messages)
-        prompt = next(flow)
-        while True:
-            try:
-                prompt = flow.send(complete(prompt))
-            except StopIteration as stop:
-                result: str = stop.value
-                return result
+        return run(prompting.flow(summary, messages), complete)
 
     return summarize
 
@@ -295,14 +289,7 @@ def async_prompt_summarizer(
     prompting = _prompting(template, max_summary_tokens, token_counter)
 
     async def summarize(summary: str, messages: Sequence[Message]) -> str:
-        flow = prompting.flow(summary, messages)
-        prompt = next(flow)
-        while True:
-            try:
-                prompt = flow.send(await acomplete(prompt))
-            except StopIteration as stop:
-                result: str = stop.value
-                return result
+        return await arun(prompting.flow(summary, messages), acomplete)
 
     return summarize
 
