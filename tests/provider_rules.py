@@ -17,6 +17,7 @@ def assert_openai_accepts(request: list[dict[str, Any]]) -> None:
         assert item["role"] != "tool", f"request[{index}]: a tool message without its call right before it"
         index += 1
         calls = [call["id"] for call in item.get("tool_calls", [])]
+        assert len(set(calls)) == len(calls), f"request[{index - 1}]: tool call ids repeated: {calls}"
         answered = []
         while index < len(request) and request[index]["role"] == "tool":
             answered.append(request[index]["tool_call_id"])
@@ -52,8 +53,13 @@ def blocks_of(turn: dict[str, Any]) -> list[dict[str, Any]]:
 def assert_anthropic_accepts(system: Union[str, list[dict[str, Any]]], turns: list[dict[str, Any]]) -> None:
     """``messages[0]`` is a user turn and turns alternate; every ``tool_use`` is answered by a
     ``tool_result`` in the next (user) turn, where the results come before any text; every result
-    answers such a use; at most 4 cache breakpoints."""
+    answers such a use; no text block (``system`` included) and no ``tool_result`` content is
+    whitespace only ("text content blocks must contain non-whitespace text"); at most 4 cache
+    breakpoints."""
     assert isinstance(system, (str, list))
+    for block in system if isinstance(system, list) else [{"type": "text", "text": system or "x"}]:
+        assert block["type"] == "text"
+        assert block["text"].strip(), f"a blank system block {block}"
     roles = [turn["role"] for turn in turns]
     assert roles == ["user", "assistant"] * (len(turns) // 2) + ["user"] * (len(turns) % 2)
     uses: list[str] = []
@@ -63,10 +69,14 @@ def assert_anthropic_accepts(system: Union[str, list[dict[str, Any]]], turns: li
         assert blocks
         breakpoints += sum("cache_control" in block for block in blocks)
         for block in blocks:
-            assert block["type"] != "text" or block["text"]
+            assert block["type"] != "text" or block["text"].strip(), f"a blank text block {block}"
+            assert block["type"] != "tool_result" or block.get("content", "x").strip(), (
+                f"blank content {block}"
+            )
         if turn["role"] == "assistant":
             assert not uses
             uses = [block["id"] for block in blocks if block["type"] == "tool_use"]
+            assert len(set(uses)) == len(uses), f"tool_use ids repeated in one turn: {uses}"
             continue
         kinds = [block["type"] for block in blocks]
         results = [block["tool_use_id"] for block in blocks if block["type"] == "tool_result"]
@@ -84,6 +94,7 @@ def assert_responses_accepts(items: list[dict[str, Any]]) -> None:
     for item in items:
         kind = item.get("type", "message")
         if kind == "function_call":
+            assert item["call_id"] not in waiting, f"two calls waiting with id {item['call_id']}"
             waiting.add(item["call_id"])
         elif kind == "function_call_output":
             assert item["call_id"] in waiting, f"no tool call found for output {item['call_id']}"
