@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from _optional import need
 from rollmem import Message
 from rollmem.cli import main
 from rollmem.summarizers import DEFAULT_TEMPLATE
@@ -370,7 +371,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 def test_openai_model_uses_chat_completions_at_the_base_url(
     workdir: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("openai")
+    need("openai", "openai")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     result = _rollmem(
         *("replay", "chat.jsonl", "--max-tokens", "12", "--summarizer", "openai:tiny-model", "--json"),

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _optional import has, need
 from provider_rules import (
     assert_anthropic_accepts,
     assert_gemini_accepts,
@@ -20,11 +21,6 @@ from provider_rules import (
 )
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import to_anthropic, to_openai, to_openai_responses
-
-try:
-    import langchain_core.messages
-except ImportError:  # pragma: no cover - the langchain extra is installed in CI
-    langchain_core = None
 
 
 def assert_accepted(messages: list[Message]) -> None:
@@ -36,10 +32,11 @@ def assert_accepted(messages: list[Message]) -> None:
     assert_anthropic_accepts(*to_anthropic(messages))
     assert_anthropic_accepts(*to_anthropic(messages, cache=True))
     assert_responses_accepts(to_openai_responses(messages))
-    if langchain_core is not None:
+    if has("langchain"):
         from rollmem.adapters.langchain import to_langchain
 
-        chat = langchain_core.messages.convert_to_openai_messages(to_langchain(messages))
+        convert = need("langchain", "langchain_core.messages").convert_to_openai_messages
+        chat = convert(to_langchain(messages))
         assert_openai_accepts(chat)
         assert_gemini_accepts(chat)
 
@@ -133,8 +130,8 @@ def test_a_second_result_for_one_call_is_sent_as_text() -> None:
     assert to_openai(messages)[-1] == {"role": "user", "content": "[result of tool call c1] again"}
 
 
+@pytest.mark.extra("langchain")
 def test_langchain_sends_an_unpaired_result_as_text_too() -> None:
-    pytest.importorskip("langchain_core")
     from rollmem.adapters.langchain import from_langchain, to_langchain
 
     messages = [Message("user", "q"), Message("tool", "18C", tool_call_id="c1")]
@@ -237,8 +234,8 @@ def test_a_second_result_with_other_content_is_a_note_after_the_run() -> None:
     assert to_openai_responses(messages)[-1] == {"role": "user", "content": "[result of tool call a] retried"}
 
 
+@pytest.mark.extra("langchain")
 def test_langchain_sends_the_note_after_the_run_too() -> None:
-    pytest.importorskip("langchain_core")
     from rollmem.adapters.langchain import to_langchain
 
     messages = [Message("user", "q"), call("c1"), call("c2"), result("c1", "r1"), result("c2", "r2")]
