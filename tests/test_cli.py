@@ -239,6 +239,23 @@ def test_replay_from_stdin_without_summarizer_drops() -> None:
     assert document["context"][0]["role"] == "assistant"  # no summary turn
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "  \n"])
+def test_replay_of_an_empty_transcript_warns(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str
+) -> None:
+    """No message to replay is a one-line warning, not silence; the (empty) result is still
+    printed and the status is 0: the input is valid and `--json` readers get their document."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text(text, encoding="utf-8")
+    status, out, err = cli(capsys, "replay", str(path), "--json")
+    assert (status, err) == (0, f"rollmem replay: warning: {path} holds no message\n")
+    document = json.loads(out)
+    assert (document["context"], document["replay"]["messages_replayed"]) == ([], 0)
+    result = run("replay", "-")
+    assert (result.returncode, result.stderr) == (0, "rollmem replay: warning: <stdin> holds no message\n")
+    assert "== stats" in result.stdout
+
+
 def test_replay_with_hysteresis_folds_less(capsys: pytest.CaptureFixture[str]) -> None:
     source = resources.files("rollmem") / "data" / "sample_conversation.jsonl"
     runs = {}

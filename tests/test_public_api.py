@@ -294,3 +294,29 @@ def test_the_test_kit_names_its_extra_when_a_package_is_missing(missing: str) ->
         result.stdout.strip()
         == f'rollmem.testing needs the {missing!r} package: pip install "rollmem[testing]"'
     )
+
+
+TESTING_FOR_APPLICATIONS = [
+    "FakeLLM",
+    "RecordingCounter",
+    "RecordingSummarizer",
+    "SummarizerDown",
+    "assert_anthropic_accepts",
+    "assert_nothing_lost",
+    "assert_openai_accepts",
+    "assert_responses_accepts",
+    "assert_summarized_once",
+    "async_memory_sessions",
+    "memory_sessions",
+]
+
+
+def test_the_test_kit_offers_the_application_helpers() -> None:
+    """``rollmem.testing`` re-exports exactly the helpers of ``rollmem._app_testing``."""
+    import rollmem._app_testing
+    import rollmem.testing
+
+    assert sorted(rollmem._app_testing.__all__) == TESTING_FOR_APPLICATIONS
+    for name in TESTING_FOR_APPLICATIONS:
+        assert name in rollmem.testing.__all__
+        assert getattr(rollmem.testing, name) is getattr(rollmem._app_testing, name)

@@ -19,7 +19,8 @@ Exit status: 0 on success, 2 for bad arguments, a summarizer spec that cannot be
 unreadable/malformed input, 1 when a loaded summarizer fails during a replay (it raised, ``SystemExit``
 included, or returned text that is not valid Unicode) or when a store is unreachable or holds an
 unreadable session (``migrate``), 130 on Ctrl-C (each: one line on stderr,
-never a traceback).
+never a traceback). A transcript with no message replays to an empty result with status 0 and
+a one-line warning on stderr.
 """
 
 from __future__ import annotations
@@ -279,6 +280,8 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
         messages = read_messages(lines_of(_read_text(args.file)), source)
     except JsonlError as error:
         raise _Fail(str(error)) from None
+    if not messages:  # valid (no line is malformed) and replayed as asked, but surely not meant
+        print(f"rollmem replay: warning: {source} holds no message", file=sys.stderr)
     if args.pin_system:
         messages = _pin_system(messages)
     counter = _counter(args.counter)

@@ -1,4 +1,14 @@
-"""The store conformance suite: the contract every bundled store passes, for your own store.
+"""Test helpers: fakes and assertions for your application's tests, and the store conformance suite.
+
+For an application: :class:`RecordingSummarizer` (a deterministic ``summarize_fn`` that records
+what it folded and fails on demand), :class:`FakeLLM` (answers the requests
+:mod:`rollmem.adapters` render, from a script or by echoing, checking each is one the provider
+accepts), :class:`RecordingCounter` (a word counter with an identity), :func:`memory_sessions`
+(sessions in memory), :func:`assert_nothing_lost`, :func:`assert_summarized_once` and the
+provider rules :func:`assert_openai_accepts`, :func:`assert_anthropic_accepts` and
+:func:`assert_responses_accepts`. See the "Testing your app" page.
+
+For a store, the conformance suite: the contract every bundled store passes.
 
 Needs ``pip install "rollmem[testing]"`` (pytest and hypothesis); importing this module without
 them raises :class:`~rollmem.errors.MissingExtraError` naming the extra. ``import rollmem`` never
@@ -48,6 +58,20 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+# For applications' tests (standard library only): see rollmem._app_testing.
+from ._app_testing import (  # noqa: E402
+    FakeLLM,
+    RecordingCounter,
+    RecordingSummarizer,
+    SummarizerDown,
+    assert_anthropic_accepts,
+    assert_nothing_lost,
+    assert_openai_accepts,
+    assert_responses_accepts,
+    assert_summarized_once,
+    async_memory_sessions,
+    memory_sessions,
+)
 from .errors import ConflictError  # noqa: E402
 from .stores import Head, LogEntry, LogWrite, StoredLog, StoredSession  # noqa: E402
 from .stores.rules import apply_write, check_prefix, check_save, check_session_id, conflict  # noqa: E402
@@ -56,13 +80,24 @@ __all__ = [
     "AsyncLogStoreContract",
     "AsyncStoreContract",
     "DictStore",
+    "FakeLLM",
     "LogStoreContract",
+    "RecordingCounter",
+    "RecordingSummarizer",
     "StoreContract",
+    "SummarizerDown",
     "append",
+    "assert_anthropic_accepts",
+    "assert_nothing_lost",
+    "assert_openai_accepts",
+    "assert_responses_accepts",
+    "assert_summarized_once",
+    "async_memory_sessions",
     "compare_and_set_in_processes",
     "compare_and_set_loop",
     "create",
     "entry",
+    "memory_sessions",
     "service_url",
     "texts",
 ]

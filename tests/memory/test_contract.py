@@ -1,5 +1,5 @@
-"""The memory contract (:mod:`.contract`) run against every rollmem memory class; an async class
-runs with the options of its sync twin."""
+"""The memory contract (:mod:`.contract`) run against every rollmem memory class (an async class
+runs with the options of its sync twin) and against the single-file reference implementation."""
 
 from __future__ import annotations
 
@@ -14,16 +14,14 @@ from rollmem import (
     WindowMemory,
 )
 
-from .contract import MemoryContract
+from .contract import BudgetContract, MemoryContract
+from .reference import reference
 
 Summarize = Optional[Callable[..., Any]]
 
 
-class TestRollingMemory(MemoryContract):
+class TestRollingMemory(BudgetContract, MemoryContract):
     memory_class = RollingMemory
-
-    def options(self, summarize_fn: Summarize, on_evict: Any) -> dict[str, Any]:
-        return {"max_tokens": 3, "summarize_fn": summarize_fn, "on_evict": on_evict}
 
 
 class TestRollingMemoryWithTarget(MemoryContract):
@@ -35,6 +33,13 @@ class TestRollingMemoryWithTarget(MemoryContract):
 
 class TestAsyncRollingMemory(TestRollingMemory):
     memory_class = AsyncRollingMemory
+
+
+class TestReferenceRollingMemory(BudgetContract):
+    """``docs/reference_impl/rollmem.py``: the core and budget contracts."""
+
+    module = reference
+    memory_class = reference.RollingMemory
 
 
 class TestBufferMemory(MemoryContract):
