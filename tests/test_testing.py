@@ -223,6 +223,10 @@ def test_the_adapters_requests_pass_the_provider_rules() -> None:
             ],
             r"tool calls \['c1'\] answered by \['c2'\]",
         ),
+        (
+            [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}] * 2}],
+            "tool call ids repeated",
+        ),
     ],
 )
 def test_the_openai_rule_refuses(request_: list[dict[str, Any]], problem: str) -> None:
@@ -239,6 +243,22 @@ RESULT = {"type": "tool_result", "tool_use_id": "u1", "content": "ok"}
     [
         ("", [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "turns"),
         ("", [{"role": "user", "content": [{"type": "text", "text": ""}]}], "an empty text block"),
+        ("", [{"role": "user", "content": " \n"}], "an empty text block"),  # whitespace is rejected too
+        ([{"type": "text", "text": "\n"}], [{"role": "user", "content": "q"}], "system: an empty"),
+        (
+            "",
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": [USE]},
+                {"role": "user", "content": [{**RESULT, "content": " "}]},
+            ],
+            "an empty text block or tool_result",
+        ),
+        (
+            "",
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": [USE, USE]}],
+            "ids repeated",
+        ),
         (
             "",
             [{"role": "user", "content": "q"}, {"role": "assistant", "content": [USE]}],
@@ -274,6 +294,10 @@ def test_the_anthropic_rule_refuses(system: Any, turns: list[dict[str, Any]], pr
             r"without output: \['c1'\]",
         ),
         ([{"role": "assistant", "content": "hi"}], "the first item is not the user's"),
+        (
+            [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": ""}] * 2,
+            "a second call 'c1'",
+        ),
     ],
 )
 def test_the_responses_rule_refuses(items: list[dict[str, Any]], problem: str) -> None:

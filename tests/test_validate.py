@@ -170,3 +170,46 @@ def test_every_ttl_is_checked_alike() -> None:
         with pytest.raises(ValueError, match=r"^ttl must be a finite number > 0, got ") as store_error:
             store.write("s", LogWrite("", create=True, ttl=ttl))
         assert str(session_error.value) == str(store_error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("postgresql://user:S3cr3t@host/db", "postgresql://user:****@host/db"),
+        (
+            "redis://:S3cr3t@host:notaport/0: Port could not be cast to integer",
+            "redis://:****@host:notaport/0: Port could not be cast to integer",
+        ),
+        (  # malformed: libpq's message quotes the whole URI
+            'missing "=" after "postgresql://u:S3cr3t@[::1/db" in connection info string',
+            'missing "=" after "postgresql://u:****@[::1/db" in connection info string',
+        ),
+        ("postgresql://u:S%40cr%2Ft@host/db", "postgresql://u:****@host/db"),  # percent-encoded
+        ("postgres://u:S3@cr/3t@host/db: bad", "postgres://u:****@host/db: bad"),  # raw @ and /
+        (
+            "rediss://u:p@h/0 and 'unix://:q@/tmp/redis.sock'",
+            "rediss://u:****@h/0 and 'unix://:****@/tmp/redis.sock'",
+        ),
+        ("host=h password=S3cr3t dbname=db", "host=h password=**** dbname=db"),
+        ("host=h password = 'S3 cr\\'3t' dbname=db", "host=h password = **** dbname=db"),
+        ("PASSWORD=x sslpassword=y", "PASSWORD=**** sslpassword=****"),
+        ("postgresql://host/db?user=u&password=S3cr3t", "postgresql://host/db?user=u&password=****"),
+    ],
+)
+def test_redact_url_masks_every_password(text: str, redacted: str) -> None:
+    assert v.redact_url(text) == redacted
+    assert v.redact_url(redacted) == redacted
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "redis://host:6379/0",
+        "sqlite:///tmp/chat.db",
+        "redis://u:@host/0",  # no password
+        "user@example.com wrote x:y@z",  # not URLs
+        "postgresql://host/db: table must be a name",
+    ],
+)
+def test_redact_url_leaves_texts_without_a_password_alone(text: str) -> None:
+    assert v.redact_url(text) == text

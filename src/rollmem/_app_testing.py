@@ -213,13 +213,14 @@ def assert_summarized_once(summarizer: RecordingSummarizer) -> None:
 
 def assert_openai_accepts(messages: list[dict[str, Any]]) -> None:
     """A Chat Completions ``messages`` list OpenAI accepts: each assistant message with
-    ``tool_calls`` is followed directly by one ``tool`` message per call, and every ``tool``
-    message answers a call of the assistant message before its run."""
+    ``tool_calls`` (their ids distinct) is followed directly by one ``tool`` message per call, and
+    every ``tool`` message answers a call of the assistant message before its run."""
     index = 0
     while index < len(messages):
         start = index
         _check(messages[start]["role"] != "tool", f"messages[{start}]: a tool message opens the request")
         calls = [call["id"] for call in messages[start].get("tool_calls") or ()]
+        _check(len(set(calls)) == len(calls), f"messages[{start}]: tool call ids repeated: {calls}")
         index += 1
         answered = []
         while index < len(messages) and messages[index]["role"] == "tool":
@@ -239,10 +240,13 @@ def assert_anthropic_accepts(
     system: Union[str, list[dict[str, Any]]], messages: list[dict[str, Any]]
 ) -> None:
     """A Messages API request Anthropic accepts: ``messages`` open with a user turn and roles
-    alternate; no empty text block; every ``tool_use`` is answered by a ``tool_result`` in the
+    alternate; no text (``system`` included) and no ``tool_result`` content is empty or
+    whitespace only; every ``tool_use`` (ids distinct) is answered by a ``tool_result`` in the
     next turn, before any text there, and every result answers such a use; at most 4 cache
     breakpoints (``system`` included)."""
     _check(isinstance(system, (str, list)), f"system: expected str or list, got {type(system).__name__}")
+    texts = [b["text"] for b in system] if isinstance(system, list) else [system] if system else []
+    _check(all(text.strip() for text in texts), "system: an empty or whitespace-only text block")
     roles = [turn["role"] for turn in messages]
     _check(roles == [USER, ASSISTANT] * (len(roles) // 2) + [USER] * (len(roles) % 2), f"turns {roles}")
     breakpoints = sum("cache_control" in block for block in system) if isinstance(system, list) else 0
@@ -251,11 +255,11 @@ def assert_anthropic_accepts(
         blocks = _blocks(turn)
         _check(blocks, f"messages[{index}]: an empty turn")
         breakpoints += sum("cache_control" in block for block in blocks)
-        _check(
-            all(b["type"] != "text" or b["text"] for b in blocks), f"messages[{index}]: an empty text block"
-        )
+        blank = [b for b in blocks if not str(b.get("text", b.get("content", "x"))).strip()]
+        _check(not blank, f"messages[{index}]: an empty text block or tool_result (blank counts): {blank}")
         if turn["role"] == ASSISTANT:
             uses = [block["id"] for block in blocks if block["type"] == "tool_use"]
+            _check(len(set(uses)) == len(uses), f"messages[{index}]: tool_use ids repeated: {uses}")
             continue
         kinds = [block["type"] for block in blocks]
         results = [block["tool_use_id"] for block in blocks if block["type"] == "tool_result"]
@@ -277,6 +281,7 @@ def assert_responses_accepts(items: list[dict[str, Any]]) -> None:
     for index, item in enumerate(items):
         kind = item.get("type", "message")
         if kind == "function_call":
+            _check(item["call_id"] not in waiting, f"items[{index}]: a second call {item['call_id']!r}")
             waiting.add(item["call_id"])
         elif kind == "function_call_output":
             _check(item["call_id"] in waiting, f"items[{index}]: no function_call for {item['call_id']!r}")

@@ -47,7 +47,7 @@ from . import (
 )
 from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summarizer
 from ._jsonl import TOO_MANY_DIGITS, JsonlError, lines_of, read_messages, sample_conversation, sample_text
-from ._validate import plural
+from ._validate import plural, redact_url
 from .counters import chars, tiktoken_counter, words
 from .errors import InvalidStateError, MissingExtraError, StoreUnavailableError
 from .summarizers import extractive_summarizer
@@ -497,7 +497,7 @@ _Run = Callable[[argparse.Namespace, TextIO], int]
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {redact_url(message)}\n")
 
 
 def _positive(text: str) -> int:
@@ -611,7 +611,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         status: int = args.run(args, out)
         out.flush()
     except _Fail as error:
-        print(f"rollmem {args.command}: {error}", file=sys.stderr)
+        print(f"rollmem {args.command}: {redact_url(str(error))}", file=sys.stderr)
         return error.status
     except UnicodeEncodeError as error:  # e.g. non-ASCII text on a stdout that only takes ASCII
         print(

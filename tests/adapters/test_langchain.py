@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import pickle
 import subprocess
 import sys
@@ -14,14 +13,12 @@ from adapter_strategies import TEXT, compact_objects
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _optional import need, skip_unless
 from rollmem import AsyncRollingMemory, BufferMemory, Message, RollingMemory, ToolCall
 from rollmem.adapters import for_provider
 from rollmem.adapters.langchain import from_langchain, to_langchain
 
-# The missing-extra tests run everywhere; the rest needs langchain-core.
-needs_langchain = pytest.mark.skipif(
-    importlib.util.find_spec("langchain_core") is None, reason="langchain-core is not installed"
-)
+# The missing-extra tests run everywhere; the rest needs the langchain extra.
 _RWMH_DEPRECATED = pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")
 
 
@@ -60,13 +57,11 @@ def test_missing_langchain_core_raises_missing_extra_error_on_use() -> None:
     assert result.stdout.splitlines() == [f"True {message}"] * 3 + ["langchain-core langchain"]
 
 
+@pytest.mark.extra("langchain")
 def test_a_broken_dependency_of_langchain_core_is_not_reported_as_a_missing_extra() -> None:
     result = _run(
         """
-        import importlib.util, sys
-        if importlib.util.find_spec("langchain_core") is None:
-            print("skip")
-            raise SystemExit
+        import sys
         sys.modules["pydantic"] = None  # langchain-core installed, its dependency broken
         from rollmem.adapters.langchain import to_langchain
         from rollmem.errors import MissingExtraError
@@ -76,12 +71,12 @@ def test_a_broken_dependency_of_langchain_core_is_not_reported_as_a_missing_extr
             print(isinstance(exc, MissingExtraError), "pydantic" in str(exc))
         """
     )
-    assert result.stdout.strip() in ("skip", "False True")
+    assert result.stdout.strip() == "False True"
 
 
 @pytest.fixture
 def lc() -> Any:
-    return pytest.importorskip("langchain_core.messages")
+    return need("langchain", "langchain_core.messages")
 
 
 def _conversation(lc: Any) -> tuple[list[Message], list[Any]]:
@@ -271,7 +266,7 @@ def _langchain_messages(draw: st.DrawFn) -> Message:
     )
 
 
-@needs_langchain
+@pytest.mark.extra("langchain")
 @given(st.lists(_langchain_messages(), max_size=6))
 def test_round_trip_is_exact_for_what_langchain_carries(messages: list[Message]) -> None:
     # what is sent follows the provider rule (unpaired calls and results as text, a user turn first)
@@ -282,7 +277,7 @@ def test_round_trip_is_exact_for_what_langchain_carries(messages: list[Message])
 
 
 def _history_class() -> Any:
-    pytest.importorskip("langchain_core")
+    skip_unless("langchain")
     from rollmem.adapters.langchain import RollingChatMessageHistory
 
     return RollingChatMessageHistory

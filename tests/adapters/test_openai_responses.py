@@ -11,6 +11,7 @@ from adapter_strategies import JSON, NONEMPTY, TEXT
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _optional import need
 from rollmem import AsyncRollingMemory, Message, RollingMemory, ToolCall
 from rollmem.adapters import CONTINUATION_TEXT_PLAIN, from_openai_responses, to_openai_responses
 from rollmem.adapters.openai import RESPONSES_ITEMS
@@ -124,7 +125,7 @@ def test_a_memory_keeps_calls_outputs_and_reasoning_in_one_unit() -> None:
 
 
 def test_sdk_models_are_dumped() -> None:
-    responses = pytest.importorskip("openai.types.responses")
+    responses = need("openai", "openai.types.responses")
     call = responses.ResponseFunctionToolCall(type="function_call", call_id="c1", name="f", arguments="{}")
     output = {"type": "function_call_output", "call_id": "c1", "output": "x"}
     (message, result) = from_openai_responses([call, output])

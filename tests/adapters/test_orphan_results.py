@@ -5,10 +5,13 @@ faithfully (it builds framework objects, not a request): an unpaired result stay
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _optional import has, need
 from provider_rules import (
     assert_anthropic_accepts,
     assert_gemini_accepts,
@@ -18,11 +21,6 @@ from provider_rules import (
 )
 from rollmem import Message, RollingMemory, ToolCall
 from rollmem.adapters import to_anthropic, to_openai, to_openai_responses
-
-try:
-    import langchain_core.messages
-except ImportError:  # pragma: no cover - the langchain extra is installed in CI
-    langchain_core = None
 
 
 def assert_accepted(messages: list[Message]) -> None:
@@ -34,10 +32,11 @@ def assert_accepted(messages: list[Message]) -> None:
     assert_anthropic_accepts(*to_anthropic(messages))
     assert_anthropic_accepts(*to_anthropic(messages, cache=True))
     assert_responses_accepts(to_openai_responses(messages))
-    if langchain_core is not None:
+    if has("langchain"):
         from rollmem.adapters.langchain import to_langchain
 
-        chat = langchain_core.messages.convert_to_openai_messages(to_langchain(messages))
+        convert = need("langchain", "langchain_core.messages").convert_to_openai_messages
+        chat = convert(to_langchain(messages))
         assert_openai_accepts(chat)
         assert_gemini_accepts(chat)
 
@@ -131,8 +130,8 @@ def test_a_second_result_for_one_call_is_sent_as_text() -> None:
     assert to_openai(messages)[-1] == {"role": "user", "content": "[result of tool call c1] again"}
 
 
+@pytest.mark.extra("langchain")
 def test_langchain_sends_an_unpaired_result_as_text_too() -> None:
-    pytest.importorskip("langchain_core")
     from rollmem.adapters.langchain import from_langchain, to_langchain
 
     messages = [Message("user", "q"), Message("tool", "18C", tool_call_id="c1")]
@@ -142,6 +141,173 @@ def test_langchain_sends_an_unpaired_result_as_text_too() -> None:
         Message("user", "q"),
         Message("user", "[result of tool call c1] 18C"),
     ]
+
+
+# -- stray and repeated results (issue 28): never between a call and its results -------------------
+
+
+def call(*ids: str) -> Message:
+    return Message("assistant", "", tool_calls=tuple(ToolCall(i, "f", "{}") for i in ids))
+
+
+def result(call_id: str, content: str) -> Message:
+    return Message("tool", content, tool_call_id=call_id)
+
+
+def test_a_late_result_of_an_earlier_call_comes_after_the_run() -> None:
+    messages = [Message("user", "q"), call("c1"), call("c2"), result("c1", "r1"), result("c2", "r2")]
+    assert_accepted(messages)
+    assert to_openai(messages) == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "[tool call c1: f({}), no result]"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "content": "r2", "tool_call_id": "c2"},
+        {"role": "user", "content": "[result of tool call c1] r1"},
+    ]
+    # Anthropic merges the two assistant messages into one turn: both calls are answered there.
+    assert to_anthropic(messages) == (
+        "",
+        [
+            {"role": "user", "content": "q"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "c1", "name": "f", "input": {}},
+                    {"type": "tool_use", "id": "c2", "name": "f", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "c1", "content": "r1"},
+                    {"type": "tool_result", "tool_use_id": "c2", "content": "r2"},
+                ],
+            },
+        ],
+    )
+    # The Responses API pairs by id: nothing to repair.
+    assert [item.get("type", "message") for item in to_openai_responses(messages)] == [
+        "message",
+        "function_call",
+        "function_call",
+        "function_call_output",
+        "function_call_output",
+    ]
+
+
+def test_a_second_delivery_of_a_result_is_sent_once_and_kept_in_memory() -> None:
+    memory = RollingMemory(max_tokens=1000)
+    memory.extend(
+        [Message("user", "q"), call("a", "b"), result("a", "ra"), result("a", "ra"), result("b", "rb")]
+    )
+    messages = memory.get_messages()
+    assert_accepted(messages)
+    assert [m["role"] for m in to_openai(messages)] == ["user", "assistant", "tool", "tool"]
+    assert [block["type"] for block in blocks_of(to_anthropic(messages)[1][-1])] == ["tool_result"] * 2
+    assert [item.get("type") for item in to_openai_responses(messages)][-2:] == ["function_call_output"] * 2
+    assert len(memory.buffer) == 5  # the request leaves the repeat out; the memory keeps it
+
+
+def test_a_second_result_with_other_content_is_a_note_after_the_run() -> None:
+    messages = [
+        Message("user", "q"),
+        call("a", "b"),
+        result("a", "ra"),
+        result("a", "retried"),
+        result("b", "rb"),
+    ]
+    assert_accepted(messages)
+    assert to_openai(messages)[2:] == [
+        {"role": "tool", "content": "ra", "tool_call_id": "a"},
+        {"role": "tool", "content": "rb", "tool_call_id": "b"},
+        {"role": "user", "content": "[result of tool call a] retried"},
+    ]
+    assert blocks_of(to_anthropic(messages)[1][-1]) == [
+        {"type": "tool_result", "tool_use_id": "a", "content": "ra"},
+        {"type": "tool_result", "tool_use_id": "b", "content": "rb"},
+        {"type": "text", "text": "[result of tool call a] retried"},
+    ]
+    assert to_openai_responses(messages)[-1] == {"role": "user", "content": "[result of tool call a] retried"}
+
+
+@pytest.mark.extra("langchain")
+def test_langchain_sends_the_note_after_the_run_too() -> None:
+    from rollmem.adapters.langchain import to_langchain
+
+    messages = [Message("user", "q"), call("c1"), call("c2"), result("c1", "r1"), result("c2", "r2")]
+    assert [type(m).__name__ for m in to_langchain(messages)] == [
+        "HumanMessage",
+        "AIMessage",
+        "AIMessage",
+        "ToolMessage",
+        "HumanMessage",
+    ]
+
+
+def test_a_call_id_twice_in_one_message_is_one_call() -> None:
+    messages = [Message("user", "q"), call("a", "a"), result("a", "r")]
+    assert_accepted(messages)
+    assert to_openai(messages)[1]["content"] == "[tool call a: f({}), no result]"
+    assert [c["id"] for c in to_openai(messages)[1]["tool_calls"]] == ["a"]
+
+
+IDS = st.sampled_from(["a", "b", "c"])
+BUFFERS = st.lists(
+    st.one_of(
+        st.builds(Message, st.sampled_from(["user", "system"]), st.sampled_from(["hi", "", " "])),
+        st.builds(
+            lambda text, ids: Message(
+                "assistant", text, tool_calls=tuple(ToolCall(i, "f", "{}") for i in ids)
+            ),
+            st.sampled_from(["", "ok", "\n"]),
+            st.lists(IDS, max_size=3),
+        ),
+        st.builds(
+            lambda call_id, text, error: Message(
+                "tool", text, tool_call_id=call_id, metadata={"is_error": error}
+            ),
+            IDS,
+            st.sampled_from(["r", "s", " "]),
+            st.booleans(),
+        ),
+    ),
+    max_size=12,
+)
+
+
+def sent_results(request: list[dict[str, Any]]) -> tuple[set[tuple[str, str]], list[str]]:
+    """The (call id, content) of every result a Chat Completions request sends, and its notes."""
+    results = {(item["tool_call_id"], item["content"]) for item in request if item["role"] == "tool"}
+    notes = [
+        item["content"]
+        for item in request
+        if item["role"] == "user" and item["content"].startswith(("[result of", "[error from"))
+    ]
+    for note in notes:
+        call_id, _, content = note.split(" ", 4)[-1].partition("] ")
+        results.add((call_id, content))
+    return results, notes
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(BUFFERS)
+def test_stray_and_repeated_results_never_split_a_call_from_its_results(messages: list[Message]) -> None:
+    """Any buffer with late, stray and repeated results and repeated call ids: every renderer's
+    request is accepted; every call and every distinct result goes out, no note twice."""
+    assert_accepted(messages)
+    request = to_openai(messages)
+    results, notes = sent_results(request)
+    assert results == {(m.tool_call_id, m.content) for m in messages if m.role == "tool"}
+    assert len(notes) == len(set(notes))
+    calls = sum(len(item.get("tool_calls", [])) for item in request)
+    texts = sum(
+        str(item["content"]).count("), no result]") for item in request if item["role"] == "assistant"
+    )
+    assert calls + texts == sum(len(m.tool_calls) for m in messages)
 
 
 # -- any buffer a memory can hold ------------------------------------------------------------------

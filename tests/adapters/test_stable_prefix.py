@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _optional import skip_unless
 from provider_rules import (
     assert_anthropic_accepts,
     assert_gemini_accepts,
@@ -122,7 +123,7 @@ def test_between_folds_each_request_extends_the_previous(
     name: str, ops: list[tuple[str, int]], max_tokens: int, half: bool
 ) -> None:
     if name == "langchain":
-        pytest.importorskip("langchain_core")
+        skip_unless("langchain")
     render, extends, accepts = RENDERERS[name]
     memory = RollingMemory(
         max_tokens, summarize, words, target_tokens=max(1, max_tokens // 2) if half else None

@@ -160,25 +160,37 @@ def pair_tool_results(messages: list[Message], *, skip_system: bool = False) -> 
     """``messages`` as every provider accepts them: a tool result stays a result only when it
     directly follows the assistant message with its call (after other results of that message;
     with ``skip_system``, system messages in between do not count); each call stays a call only
-    when it has such a result. An unpaired result becomes a user message
-    (:func:`orphan_result_text`), an unpaired call text appended to its assistant message
-    (:func:`unpaired_call_text`): nothing is dropped. Returns the list itself when all pair up."""
+    when it has such a result. An unpaired call becomes text appended to its assistant message
+    (:func:`unpaired_call_text`), an unpaired result a user message (:func:`orphan_result_text`),
+    moved after the results it fell among, so it never splits a call from its results; a result
+    that repeats one already sent (same call id, content and error flag) is sent once. Nothing
+    else is left out. Returns the list itself when all pair up."""
+    return pair_in_turns(messages, skip_system=skip_system, turns=False)
+
+
+def pair_in_turns(messages: list[Message], *, skip_system: bool, turns: bool) -> list[Message]:
+    """:func:`pair_tool_results`; with ``turns`` (Anthropic, where consecutive messages of one
+    role are one turn), the calls of consecutive assistant messages are answered together."""
     paired: set[int] = set()  # indexes of the tool messages that stay results
     answered: set[tuple[int, str]] = set()  # (index of the assistant message, call id)
-    caller = -1
-    open_ids: set[str] = set()
+    open_calls: dict[str, int] = {}  # call id -> index of its assistant message, in the current run
+    previous = ""
     for index, message in enumerate(messages):
         if message.role == TOOL and message.tool_call_id is not None:
-            if message.tool_call_id in open_ids:
-                open_ids.discard(message.tool_call_id)  # a second result for the same call is unpaired
+            caller = open_calls.pop(message.tool_call_id, None)  # a second result for a call is unpaired
+            if caller is not None:
                 paired.add(index)
                 answered.add((caller, message.tool_call_id))
+            previous = TOOL
             continue
         if skip_system and message.role == SYSTEM:
             continue
-        caller = index
-        open_ids = {call.id for call in message.tool_calls} if message.role == ASSISTANT else set()
-    return _repair(messages, paired, answered)
+        if not (turns and message.role == previous == ASSISTANT):
+            open_calls = {}
+        for call in message.tool_calls if message.role == ASSISTANT else ():
+            open_calls.setdefault(call.id, index)
+        previous = message.role
+    return _repair(messages, paired, answered, skip_system)
 
 
 def pair_tool_results_by_id(messages: list[Message]) -> list[Message]:
@@ -197,30 +209,51 @@ def pair_tool_results_by_id(messages: list[Message]) -> list[Message]:
         elif message.role == ASSISTANT:
             for call in message.tool_calls:
                 waiting.setdefault(call.id, index)
-    return _repair(messages, paired, answered)
+    return _repair(messages, paired, answered, False)
 
 
-def _repair(messages: list[Message], paired: set[int], answered: set[tuple[int, str]]) -> list[Message]:
-    """``messages`` with the results not in ``paired`` and the calls not in ``answered`` as text."""
+def _repair(
+    messages: list[Message], paired: set[int], answered: set[tuple[int, str]], skip_system: bool
+) -> list[Message]:
+    """``messages`` with the results not in ``paired`` and the calls not in ``answered`` as text,
+    that text of results put after the run of results (and, with ``skip_system``, system
+    messages) it is in, and a repeated unpaired result left out."""
     calls = sum(len(m.tool_calls) for m in messages if m.role == ASSISTANT)
     results = sum(1 for m in messages if m.role == TOOL and m.tool_call_id is not None)
     if len(paired) == results and len(answered) == calls:
         return messages
     repaired: list[Message] = []
+    deferred: list[Message] = []  # unpaired results as text, sent when their run of results ends
+    sent: set[tuple[str, str, bool]] = set()  # (call id, content, error) of each result sent
     for index, message in enumerate(messages):
-        if message.role == TOOL and message.tool_call_id is not None and index not in paired:
-            repaired.append(Message(USER, orphan_result_text(message), id=message.id))
-        elif message.role == ASSISTANT and message.tool_calls:
-            kept = tuple(call for call in message.tool_calls if (index, call.id) in answered)
-            if len(kept) == len(message.tool_calls):
+        if message.role == TOOL and message.tool_call_id is not None:
+            key = (message.tool_call_id, message.content, is_error(message))
+            if index in paired:
+                repaired.append(message)
+            elif key not in sent:
+                deferred.append(Message(USER, orphan_result_text(message), id=message.id))
+            sent.add(key)
+            continue
+        if not (skip_system and message.role == SYSTEM):
+            repaired += deferred
+            deferred = []
+        if message.role == ASSISTANT and message.tool_calls:
+            kept: dict[str, ToolCall] = {}  # a call id twice in one message: the first stays a call
+            unpaired: list[ToolCall] = []
+            for call in message.tool_calls:
+                if (index, call.id) in answered and call.id not in kept:
+                    kept[call.id] = call
+                else:
+                    unpaired.append(call)
+            if not unpaired:
                 repaired.append(message)
                 continue
             texts = [message.content] if message.content else []
-            texts.extend(unpaired_call_text(call) for call in message.tool_calls if call not in kept)
-            repaired.append(replace(message, content="\n".join(texts), tool_calls=kept))
+            texts.extend(unpaired_call_text(call) for call in unpaired)
+            repaired.append(replace(message, content="\n".join(texts), tool_calls=tuple(kept.values())))
         else:
             repaired.append(message)
-    return repaired
+    return repaired + deferred
 
 
 #: The text of the user turn :func:`user_first` opens a request with when its first turn is not

@@ -5,7 +5,8 @@
 - every ``system`` message (the summary turn of ``get_messages()`` included) goes, in order, into
   the top-level ``system`` string, joined with a blank line (``""`` when there is none: then
   leave ``system`` out of the request);
-- user text becomes a ``text`` block; empty text makes no block (the API rejects empty text);
+- user text becomes a ``text`` block; empty or whitespace-only text makes no block, nor system
+  text, nor ``tool_result`` content (the API rejects whitespace-only text);
 - assistant text plus one ``{"type": "tool_use", "id", "name", "input"}`` block per tool call,
   ``input`` being the call's ``arguments`` parsed as a JSON object (``""`` is ``{}``);
 - a tool message becomes a ``{"type": "tool_result", "tool_use_id", "content"}`` block (plus
@@ -13,12 +14,12 @@
 - consecutive turns of the same role are merged into one turn (a turn that is a single text block
   is sent as a plain string, otherwise as a list of blocks), so roles alternate;
 - unpaired tool calls and results (the API rejects them) are sent as text: a result is a
-  ``tool_result`` only when it directly follows the assistant message with its call (after other
-  results of that message; system messages between do not count), and a call is a ``tool_use``
-  only when it has such a result. Otherwise the result becomes a user text ``[result of tool call
-  ID] CONTENT`` and the call a line ``[tool call ID: NAME(ARGUMENTS), no result]`` appended to
-  its assistant message's text: nothing is dropped, and a user turn never has text before its
-  ``tool_result`` blocks;
+  ``tool_result`` only when it directly follows the assistant turn with its call (after other
+  results of that turn; system messages between do not count), and a call is a ``tool_use`` only
+  when it has such a result. Otherwise the result becomes a user text ``[result of tool call ID]
+  CONTENT``, after the run of results it fell among, and the call a line ``[tool call ID:
+  NAME(ARGUMENTS), no result]`` appended to its assistant message's text: nothing is dropped (a
+  repeated delivery is sent once), and a user turn never has text before its ``tool_result`` blocks;
 - when the first turn would be an assistant turn (a buffer that starts mid-conversation), a user
   turn is inserted before it, because the API requires a user turn first: its text is
   ``continuation`` when given, else :data:`~rollmem.adapters.CONTINUATION_TEXT` (a system message,
@@ -29,9 +30,10 @@ With ``cache=True`` (prompt caching), the request carries ``cache_control`` brea
 three of Anthropic's four: ``system`` is a list of text blocks, one per system message, with a
 breakpoint on the first (the system prompt, which stays cached across folds) and on the last (the
 summary, cached until the next fold); and one on the last block of the last turn (the
-conversation so far, read back by the next request). The breakpoint is ``{"type": "ephemeral"}``,
-plus ``"ttl": cache_ttl`` when given (``"5m"`` or ``"1h"``). With ``cache=False`` (the default)
-no ``cache_control`` is written and ``system`` is a str.
+conversation so far, read back by the next request), always on blocks that are sent. The
+breakpoint is ``{"type": "ephemeral"}``, plus ``"ttl": cache_ttl`` when given (``"5m"`` or
+``"1h"``). With ``cache=False`` (the default) no ``cache_control`` is written and ``system`` is a
+str.
 
 :func:`from_anthropic` reads ``system`` and ``messages`` back: a non-empty ``system`` becomes one
 leading system message; each user ``text`` block a user message; each ``tool_result`` block a
@@ -58,6 +60,7 @@ from .. import _validate as v
 from ..errors import InvalidStateError, StateTypeError
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ._common import CONTINUATION_TEXT as _CONTINUATION_TEXT
+from ._common import CONTINUATION_TEXT_PLAIN as _CONTINUATION_TEXT_PLAIN
 from ._common import (
     carried_metadata,
     check_mappings,
@@ -65,7 +68,7 @@ from ._common import (
     dump_arguments,
     is_error,
     load_arguments,
-    pair_tool_results,
+    pair_in_turns,
     text_of_parts,
     user_first,
     within,
@@ -123,8 +126,8 @@ def to_anthropic(
     message, a tool message without ``tool_call_id``, or tool-call ``arguments`` that are not a
     JSON object; ``ValueError`` for a ``cache_ttl`` other than those or an empty ``continuation``.
     """
-    if continuation is not None:
-        v.check_str("continuation", continuation, allow_empty=False)
+    if continuation is not None and not v.check_str("continuation", continuation).strip():
+        raise ValueError("continuation must contain non-whitespace text")
     v.check_bool("cache", cache)
     if cache_ttl is not None and (not cache or cache_ttl not in _CACHE_TTLS):
         raise ValueError(f"cache_ttl must be None, or '5m' or '1h' with cache=True; got {cache_ttl!r}")
@@ -136,9 +139,9 @@ def to_anthropic(
     }
     system: list[str] = []
     turns: list[dict[str, Any]] = []
-    for message in user_first(pair_tool_results(checked, skip_system=True), text=continuation):
+    for message in user_first(pair_in_turns(checked, skip_system=True, turns=True), text=continuation):
         if message.role == SYSTEM:
-            if message.content:
+            if message.content.strip():
                 system.append(message.content)
             continue
         found = converted.get(id(message))
@@ -150,7 +153,7 @@ def to_anthropic(
         else:
             turns.append({"role": role, "content": blocks})
     if turns and turns[0]["role"] == ASSISTANT:  # the buffer opens with a user turn with no text
-        text = _CONTINUATION_TEXT if continuation is None else continuation
+        text = continuation or (_CONTINUATION_TEXT if system else _CONTINUATION_TEXT_PLAIN)
         turns.insert(0, {"role": USER, "content": [_text(text)]})
     if cache:
         return _cached(system, turns, cache_ttl)
@@ -188,11 +191,9 @@ def _blocks(message: Message, path: str) -> tuple[str, list[_Block]]:
             raise InvalidStateError(
                 v.join(path, "tool_call_id"), "a tool result needs the id of the tool call it answers"
             )
-        block: _Block = {
-            "type": "tool_result",
-            "tool_use_id": message.tool_call_id,
-            "content": message.content,
-        }
+        block: _Block = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        if message.content.strip():
+            block["content"] = message.content
         if is_error(message):
             block["is_error"] = True
         return USER, [block]
@@ -200,7 +201,7 @@ def _blocks(message: Message, path: str) -> tuple[str, list[_Block]]:
         raise InvalidStateError(
             v.join(path, "role"), f"expected 'user', 'assistant', 'system' or 'tool', got {role!r}"
         )
-    blocks = [_text(message.content)] if message.content else []
+    blocks = [_text(message.content)] if message.content.strip() else []
     calls_path = v.join(path, "tool_calls")
     for index, call in enumerate(message.tool_calls):
         call_path = v.join(calls_path, index)

@@ -21,8 +21,9 @@ The mapping, both ways:
   results of that message), and a call as a ``tool_calls`` entry only when it has such a result.
   Otherwise, as a memory can hold them (a result arriving after its call was evicted, a user
   message between a call and its result, a call still waiting), the result is sent as a user
-  message ``[result of tool call ID] CONTENT`` and the call as a line ``[tool call ID:
-  NAME(ARGUMENTS), no result]`` appended to its assistant message's content: nothing is dropped.
+  message ``[result of tool call ID] CONTENT`` (after the run of results it fell among; a
+  repeated delivery once) and the call as a line ``[tool call ID: NAME(ARGUMENTS), no result]``
+  appended to its assistant message's content: nothing is dropped.
 
 OpenAI messages cannot carry rollmem's ``id``, ``pinned`` or other metadata keys: they are not
 sent. So ``from_openai(to_openai(messages)) == messages`` holds exactly for messages whose ``id``
