@@ -66,7 +66,7 @@ ASSIGNMENTS = (SummaryAssigned, BufferAssigned, Restored)  # what a redo would h
 
 _ESCAPED = "\ufdd0"
 """Starts a summary stored as a JSON string. U+FDD0 is a Unicode noncharacter (never interchanged
-text), so a summary saved before this rule, which never starts with it, reads back unchanged."""
+text): a summary practically never starts with it, so almost every summary is stored as itself."""
 
 
 def stored_summary(summary: str) -> str:

@@ -60,18 +60,7 @@ from .changes import (
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
 from .message import STATE_VERSION, Message, _messages_from_json
-from .stores import (
-    AsyncLogStore,
-    AsyncStore,
-    AsyncWholeStateLog,
-    Head,
-    LogEntry,
-    LogStore,
-    LogWrite,
-    Store,
-    StoredLog,
-    WholeStateLog,
-)
+from .stores import AsyncLogStore, Head, LogEntry, LogStore, LogWrite, StoredLog
 from .stores.rules import new_head, shown
 
 __all__ = ["AsyncSessions", "Sessions"]
@@ -178,7 +167,7 @@ def _trusted_costs(memory: _SessionMemory, head: Head, entries: Sequence[LogEntr
     if identity is None or head.counter != identity:
         return None
     costs = [entry.cost for entry in entries]
-    return costs if not costs or min(costs) >= 0 else None  # -1: unknown (a migrated session)
+    return costs if not costs or min(costs) >= 0 else None  # -1: unknown
 
 
 def _restore(memory: _SessionMemory, stored: Optional[StoredLog], session_id: str) -> Loaded:
@@ -478,10 +467,9 @@ _BACKOFF_CAP = 0.25
 class Sessions(_SessionsBase[M]):
     """Memories kept in a store, one per session id.
 
-    ``store`` is a :class:`~rollmem.stores.LogStore` (every bundled store) or a
-    whole-state :class:`~rollmem.stores.Store` (wrapped in
-    :class:`~rollmem.stores.WholeStateLog`). ``factory()`` builds each memory (budget,
-    summarizer, counter, callbacks); the store keeps only its state, so a changed factory
+    ``store`` is a :class:`~rollmem.stores.LogStore` (every bundled store is one).
+    ``factory()`` builds each memory (budget, summarizer, counter, callbacks); the store keeps
+    only its state, so a changed factory
     applies to every session on its next open. ``ttl`` (seconds) makes a session expire that
     long after its last write. A write that keeps losing to other writers is redone
     ``max_retries`` times, then raises :class:`~rollmem.errors.ConflictError`. Up to
@@ -491,25 +479,21 @@ class Sessions(_SessionsBase[M]):
 
     def __init__(
         self,
-        store: Union[LogStore, Store],
+        store: LogStore,
         factory: Callable[[], M],
         *,
         ttl: Optional[float] = None,
         max_retries: int = 10,
         cache_size: int = 128,
     ) -> None:
-        if isinstance(store, LogStore) and hasattr(store, "write"):
-            log: LogStore = store
-        elif isinstance(store, Store):
-            log = WholeStateLog(store)
-        else:
-            raise v.type_error("store", "a rollmem LogStore or Store", store)
+        if not isinstance(store, LogStore):
+            raise v.type_error("store", "a rollmem LogStore", store)
         super().__init__(factory, ttl, max_retries, cache_size)
         self._store = store
-        self._log = log
+        self._log = store
 
     @property
-    def store(self) -> Union[LogStore, Store]:
+    def store(self) -> LogStore:
         """Where the sessions are kept."""
         return self._store
 
@@ -645,20 +629,18 @@ class _ThreadedLog:
 
 def _async_log(store: object) -> AsyncLogStore:
     """Any rollmem store as an :class:`AsyncLogStore` (also used by the integrations)."""
-    if isinstance(store, AsyncLogStore) and hasattr(store, "awrite"):
+    if isinstance(store, AsyncLogStore):
         return store
-    if isinstance(store, LogStore) and hasattr(store, "write"):
+    if isinstance(store, LogStore):
         return _ThreadedLog(store)
-    if isinstance(store, (AsyncStore, Store)):
-        return AsyncWholeStateLog(store)
-    raise v.type_error("store", "a rollmem AsyncLogStore, LogStore, AsyncStore or Store", store)
+    raise v.type_error("store", "a rollmem AsyncLogStore or LogStore", store)
 
 
 class AsyncSessions(_SessionsBase[M]):
     """:class:`Sessions` for async code: ``async with sessions.open(id) as mem``.
 
-    Takes an :class:`~rollmem.stores.AsyncLogStore` or :class:`~rollmem.stores.AsyncStore`, or
-    their blocking twins (called from worker threads, never on the event loop). Memories may
+    Takes an :class:`~rollmem.stores.AsyncLogStore`, or a blocking
+    :class:`~rollmem.stores.LogStore` (called from worker threads, never on the event loop). Memories may
     be async (:class:`~rollmem.AsyncRollingMemory`, :class:`~rollmem.AsyncSummaryMemory`) or
     sync. Before a write, the folds an async memory runs in the background are awaited, so
     the write includes them; a failure of one is raised and nothing is written. ``on_evict``
@@ -669,7 +651,7 @@ class AsyncSessions(_SessionsBase[M]):
 
     def __init__(
         self,
-        store: Union[AsyncLogStore, LogStore, AsyncStore, Store],
+        store: Union[AsyncLogStore, LogStore],
         factory: Callable[[], M],
         *,
         ttl: Optional[float] = None,
@@ -682,7 +664,7 @@ class AsyncSessions(_SessionsBase[M]):
         self._log = log
 
     @property
-    def store(self) -> Union[AsyncLogStore, LogStore, AsyncStore, Store]:
+    def store(self) -> Union[AsyncLogStore, LogStore]:
         """Where the sessions are kept."""
         return self._store
 

@@ -16,7 +16,7 @@ import pytest
 
 from rollmem.errors import ConflictError, StoreUnavailableError
 from rollmem.stores import AsyncLogStore, LogStore, LogWrite, SQLiteStore
-from rollmem.stores.sqlite import SCHEMA_VERSION
+from rollmem.stores.rules import LAYOUT_VERSION
 from rollmem.testing import AsyncLogStoreContract, LogStoreContract, append, create, entry, texts
 
 
@@ -73,7 +73,7 @@ def test_file_database_is_in_wal_mode_with_a_head_and_a_log(db_path: Path) -> No
     with _raw(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT value FROM rollmem_meta WHERE key = 'schema_version'").fetchall() == [
-            (SCHEMA_VERSION,)
+            (LAYOUT_VERSION,)
         ]
         assert conn.execute("SELECT session_id, revision, tail, counter FROM rollmem_heads").fetchall() == [
             ("s", 1, 3, "c")
@@ -97,57 +97,21 @@ def test_two_stores_on_one_file_see_each_other(db_path: Path) -> None:
     second.close()
 
 
-VERSION_1 = """
-CREATE TABLE rollmem_meta ("key" TEXT PRIMARY KEY NOT NULL, "value" INTEGER NOT NULL);
-INSERT INTO rollmem_meta VALUES ('schema_version', 1);
-CREATE TABLE rollmem_sessions (
-    "session_id" TEXT PRIMARY KEY NOT NULL, "state" TEXT NOT NULL, "revision" INTEGER NOT NULL,
-    "expires_at" REAL, "updated_at" REAL NOT NULL);
-INSERT INTO rollmem_sessions VALUES
-    ('old', '{"version":2,"summary":"S","buffer":[{"role":"user","content":"x"}]}', 7, NULL, 0);
-INSERT INTO rollmem_sessions VALUES ('gone', '{"version":2,"summary":"","buffer":[]}', 1, 1.0, 0);
-INSERT INTO rollmem_sessions VALUES ('bad', 'not json', 1, NULL, 0);
-"""
-
-
-def test_a_version_1_database_is_upgraded_and_its_sessions_move_at_their_next_write(db_path: Path) -> None:
-    with _raw(db_path) as conn:
-        conn.executescript(VERSION_1)
-    store = SQLiteStore(db_path)
-    loaded = store.load("old")
-    assert loaded is not None
-    assert (loaded.head.summary, loaded.head.counter, texts(loaded)) == ("S", None, ["x"])
-    assert [e.cost for e in loaded.entries] == [-1]
-    assert store.load("gone") is None, "expiry still applies"
-    assert store.ids() == ["bad", "old"]
-    with pytest.raises(StoreUnavailableError, match="rows of session 'bad' are corrupt"):
-        store.load("bad")
-    head = store.write("old", append(loaded.head, "y"))
-    assert head.tail == 2
-    assert texts(store.load("old")) == ["x", "y"]
-    with _raw(db_path) as conn:
-        assert conn.execute("SELECT value FROM rollmem_meta WHERE key = 'schema_version'").fetchone() == (2,)
-        assert conn.execute("SELECT session_id FROM rollmem_sessions ORDER BY 1").fetchall() == [
-            ("bad",),
-            ("gone",),
-        ]
-        assert conn.execute("SELECT count(*) FROM rollmem_log WHERE session_id = 'old'").fetchone() == (2,)
-    assert store.purge_expired() == 1
-    assert store.delete("bad") is True
-    assert store.ids() == ["old"]
-    store.close()
-
-
-def test_newer_schema_is_refused_untouched(db_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (3, "version 3; this rollmem reads version 2: upgrade rollmem"),
+        (1, "version 1; this rollmem reads version 2"),
+    ],
+)
+def test_another_layout_version_is_refused_untouched(db_path: Path, version: int, message: str) -> None:
     SQLiteStore(db_path).write("s", create("x"))
     with _raw(db_path) as conn:
-        conn.execute("UPDATE rollmem_meta SET value = 3 WHERE key = 'schema_version'")
+        conn.execute("UPDATE rollmem_meta SET value = ? WHERE key = 'schema_version'", (version,))
     store = SQLiteStore(db_path)
-    with pytest.raises(
-        StoreUnavailableError, match="schema version 3; this rollmem reads versions 1 and 2: upgrade rollmem"
-    ):
+    with pytest.raises(StoreUnavailableError, match=f"holds rollmem layout {message}$"):
         store.load("s")
-    with pytest.raises(StoreUnavailableError, match="schema version 3"):
+    with pytest.raises(StoreUnavailableError, match=f"layout version {version}"):
         store.write("t", create("y"))
     with _raw(db_path) as conn:
         assert conn.execute("SELECT session_id FROM rollmem_heads").fetchall() == [("s",)]

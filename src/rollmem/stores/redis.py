@@ -6,15 +6,13 @@ summary, tail, counter identity) and a list at ``<prefix>{<encoded session id>}:
 entries (sequence number, cost and message JSON, tab-separated), oldest first; a ``ttl`` is
 Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
 atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one
-session lives in one hash slot, so each script stays legal in a cluster. Sessions saved by
-earlier releases (one JSON state in a hash) are read until their next write (or
-:meth:`RedisStore.migrate`, ``rollmem migrate``) moves them, in that write's script; that
-read-through is removed in 1.0.
+session lives in one hash slot, so each script stays legal in a cluster. Each head records
+the layout version (:data:`~rollmem.stores.rules.LAYOUT_VERSION`); another one is refused.
 
 Each operation is written once, as a generator flow (``_load_flow``, ``_write_flow``,
-``_migrate_flow``, ``_delete_flow``, ``_ids_flow``) that yields the Redis calls it needs as
+``_delete_flow``, ``_ids_flow``) that yields the Redis calls it needs as
 small command objects (``_Script``: a script with its keys and arguments; ``_ReadAll``: a whole
-load's MULTI/EXEC; ``_Exists``, ``_Delete``, ``_Scan``) and receives their replies; ``_drive``
+load's MULTI/EXEC; ``_Delete``, ``_Scan``) and receives their replies; ``_drive``
 runs a flow on the blocking client and ``_adrive`` on the asyncio one, each call inside the
 store's guards (an operation slot in a cluster, driver errors as ``StoreUnavailableError``), as
 :mod:`rollmem.stores.postgres` does with SQL statements.
@@ -38,10 +36,11 @@ from .. import _validate as v
 from .._extras import import_extra
 from .._validate import check_positive_int, check_positive_number
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
-from ._legacy import read_state, write_whole
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
 from .rules import (
+    LAYOUT_VERSION,
     Closing,
+    check_layout,
     check_load,
     check_prefix,
     check_session_id,
@@ -62,17 +61,15 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisStore"]
 
-# Every script gets KEYS = the head hash, the log list, the whole-state hash of the previous
-# layout (same hash slot) and, off a cluster, the hash of the earliest layout (prefix + id).
-# Its ARGV are named once, in order, by a field tuple: _script_args builds them from it and the
-# script reads them as Lua locals of the same names (the header _named writes); the entries,
-# if any, follow from ARGV[FIRST_ENTRY] on. Absent fields are "".
+# Every script gets KEYS = the head hash and the log list (one hash slot). Its ARGV are named
+# once, in order, by a field tuple: _script_args builds them from it and the script reads them
+# as Lua locals of the same names (the header _named writes, with LAYOUT); the entries, if any,
+# follow from ARGV[FIRST_ENTRY] on. Absent fields are "".
 
 _LOAD_FIELDS = ("since_incarnation", "since_revision", "since_tail")
 _WRITE_FIELDS = (
-    "mode",  # 'w': a write; 'm': move an old-layout session in, given whole
     "token",  # the writer's token (see _WRITERS)
-    "ttl_ms",  # "" for none; mode 'm' only: "keep" keeps the old key's expiry
+    "ttl_ms",  # "" for none
     "create",  # '1' for a create
     "incarnation",  # the one the writer loaded (a new one for a create)
     "expected_revision",
@@ -85,10 +82,6 @@ _WRITE_FIELDS = (
     "has_counter",  # '1' when counter is set
     "counter",
     "append_only",
-    "old_index",  # mode 'm': the index in KEYS of the old-layout key
-    "old_revision",  # mode 'm': its revision as read
-    "move_revision",  # mode 'm': the head's revision and tail
-    "move_tail",
 )
 
 
@@ -96,6 +89,7 @@ def _named(source: str, fields: tuple[str, ...]) -> str:
     """``source`` after a header binding each of ``fields`` to its ARGV as a Lua local, with
     ``FIRST_ENTRY`` replaced by the index of the first argument after them."""
     header = "".join(f"local {name} = ARGV[{index}]\n" for index, name in enumerate(fields, 1))
+    header += f"local LAYOUT = '{LAYOUT_VERSION}'\n"
     return header + source.replace("FIRST_ENTRY", str(len(fields) + 1))
 
 
@@ -109,10 +103,13 @@ def _script_args(fields: tuple[str, ...], values: dict[str, str], entries: Seque
 
 # _LOAD_SCRIPT, ARGV: _LOAD_FIELDS (a since head, "" when none).
 # Returns {'h', incarnation, revision, summary, tail, has counter, counter, delta, entries...},
-# {'s', state, revision, key index} (only an old-layout session) or {'n'}.
+# {'v', layout} (a head of another layout version) or {'n'}.
 _LOAD_SCRIPT = _named(
     """
-local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter')
+local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter', 'layout')
+if h[6] and h[6] ~= LAYOUT then
+  return {'v', h[6]}
+end
 if h[1] then
   local entries
   local delta = 0
@@ -135,22 +132,15 @@ if h[1] then
   end
   return reply
 end
-for i = 3, #KEYS do
-  local old = redis.call('HMGET', KEYS[i], 'state', 'revision')
-  if old[1] or old[2] then
-    return {'s', old[1] or '', old[2] or '', i}
-  end
-end
 return {'n'}
 """,
     _LOAD_FIELDS,
 )
 
-# _WRITE_SCRIPT, ARGV: _WRITE_FIELDS, then the entries: mode 'w' as cost, message pairs; mode
-# 'm' as seq, cost, message triples.
+# _WRITE_SCRIPT, ARGV: _WRITE_FIELDS, then the entries as cost, message pairs.
 # Returns {'ok', incarnation, revision, summary, tail, has counter, counter},
-# {'c', <same head fields>} (a conflict), {'c'} (no live session), {'s', state, revision,
-# key index} (an old-layout session to move in first) or {'retry'}.
+# {'c', <same head fields>} (a conflict), {'c'} (no live session) or {'v', layout} (a head of
+# another layout version).
 # A write resent by the client (its reply was lost) finds its token among the last _WRITERS
 # writers' tokens kept in the head, and succeeds again without being applied twice.
 # Removing "below cut, except keep" is the rule of rules.apply_write, here in Lua.
@@ -177,38 +167,11 @@ local function number(value, field)
   end
   return n
 end
-local exists = redis.call('EXISTS', KEYS[1]) == 1
-if mode == 'm' then
-  local old = KEYS[tonumber(old_index)]
-  if exists or not old or redis.call('HGET', old, 'revision') ~= old_revision then
-    return {'retry'}
-  end
-  if ttl_ms == 'keep' then
-    local left = redis.call('PTTL', old)
-    ttl_ms = left > 0 and tostring(left) or ''
-  end
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', move_revision, 'summary', summary,
-    'tail', move_tail, 'writers', token)
-  if has_counter == '1' then
-    redis.call('HSET', KEYS[1], 'counter', counter)
-  end
-  for i = FIRST_ENTRY, #ARGV, 3 do
-    redis.call('RPUSH', KEYS[2], ARGV[i] .. '\t' .. ARGV[i + 1] .. '\t' .. ARGV[i + 2])
-  end
-  for i = 3, #KEYS do
-    redis.call('DEL', KEYS[i])
-  end
-  expire()
-  return head_reply('ok')
+local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writers', 'layout')
+if h[6] and h[6] ~= LAYOUT then
+  return {'v', h[6]}
 end
-if not exists then
-  for i = 3, #KEYS do
-    local old = redis.call('HMGET', KEYS[i], 'state', 'revision')
-    if old[1] or old[2] then
-      return {'s', old[1] or '', old[2] or '', i}
-    end
-  end
+if not h[1] then
   if create ~= '1' then
     return {'c'}
   end
@@ -219,14 +182,13 @@ if not exists then
     tail = tail + 1
   end
   redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', 1, 'summary', summary,
-    'tail', tail, 'writers', token)
+    'tail', tail, 'writers', token, 'layout', LAYOUT)
   if has_counter == '1' then
     redis.call('HSET', KEYS[1], 'counter', counter)
   end
   expire()
   return head_reply('ok')
 end
-local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writers')
 local writers = h[5] or ''
 if string.find(' ' .. writers .. ' ', ' ' .. token .. ' ', 1, true) then
   return head_reply('ok')
@@ -282,7 +244,7 @@ for other in string.gmatch(writers, '%S+') do
   if #recent == _WRITERS then break end
   recent[#recent + 1] = other
 end
-redis.call('HSET', KEYS[1], 'tail', tail, 'writers', table.concat(recent, ' '))
+redis.call('HSET', KEYS[1], 'tail', tail, 'writers', table.concat(recent, ' '), 'layout', LAYOUT)
 if has_summary == '1' then
   redis.call('HSET', KEYS[1], 'summary', summary)
 end
@@ -294,16 +256,12 @@ if not append then
     redis.call('HDEL', KEYS[1], 'counter')
   end
 end
-for i = 3, #KEYS do
-  redis.call('DEL', KEYS[i])
-end
 expire()
 return head_reply('ok')
 """.replace("_WRITERS", str(_WRITERS)),
     _WRITE_FIELDS,
 )
 
-_RETRIES = 100  # moves of an old-layout session lost to other writers, before giving up
 _MAX_TTL_MS = 10**13  # ~317 years: longer ttls mean "practically never" and would overflow Redis
 _GLOB_SPECIAL = frozenset("*?[]\\")
 _CONNECT_TIMEOUT = 5.0
@@ -311,11 +269,8 @@ _SOCKET_TIMEOUT = 10.0
 _ID_ESCAPES = {"%": "%25", "{": "%7B", "}": "%7D"}
 _ID_ESCAPED = re.compile("[%{}]")
 _ID_UNESCAPED = re.compile("%(25|7B|7D)")
-# The end of every key of the tagged layout, whatever its prefix: "{<encoded id>}:<part>".
-_TAGGED_TAIL = re.compile(r"\{[^{}]+\}:[a-z]+\Z")
-# What follows the prefix in a session's head key (or its whole-state key of the previous
-# layout): the group is the encoded session id.
-_HEAD = re.compile(r"\{([^{}]+)\}:(?:head|state)\Z")
+# What follows the prefix in a session's head key: the group is the encoded session id.
+_HEAD = re.compile(r"\{([^{}]+)\}:head\Z")
 
 # -- the Redis calls an operation's flow yields ------------------------------------------------
 
@@ -336,12 +291,6 @@ class _ReadAll(NamedTuple):
     keys: list[str]
 
 
-class _Exists(NamedTuple):
-    """``EXISTS key``; reply: the count."""
-
-    key: str
-
-
 class _Delete(NamedTuple):
     """``DEL keys``; reply: how many went."""
 
@@ -354,7 +303,7 @@ class _Scan(NamedTuple):
     pattern: str
 
 
-_Command = Union[_Script, _ReadAll, _Exists, _Delete, _Scan]
+_Command = Union[_Script, _ReadAll, _Delete, _Scan]
 T = TypeVar("T")
 # A store operation: yields the Redis calls it needs, receives their replies, returns its result.
 Flow = Generator[_Command, Any, T]
@@ -457,20 +406,6 @@ class RedisStore(Closing):
     each key whole, spreading a session over slots); other braces in it are allowed, and a tag
     in the prefix puts all its sessions in one slot.
 
-    Sessions saved by earlier releases still load while their head is absent: the whole-state
-    hash at ``<prefix>{<id>}:state`` (a ``state`` JSON and a ``revision``; the log kept inside
-    it by :class:`~rollmem.stores.WholeStateLog`, incarnation and costs included, is kept) and,
-    with a ``redis.Redis`` (not a cluster: that layout could not be written to one) and
-    ``legacy_keys=True`` (the default), the hash at ``prefix + session id`` of the earliest
-    layout. The session's next write moves it to the head and log keys and deletes the old key
-    in the same atomic script (compared against the old revision it read, so a concurrent
-    old-layout writer is never overwritten); ``delete`` removes every key, ``ids`` lists all
-    layouts. An earliest-layout key is as ambiguous as it was before (``app:tenant2:x`` is
-    session ``tenant2:x`` of ``app:`` too) until that first write, and old-layout writers must
-    be stopped before new ones start; pass ``legacy_keys=False`` once your sessions are saved
-    under the new names to ignore those keys. Old keys whose names end like a tagged key
-    (``{...}:head``) are never read as old sessions.
-
     ``ttl`` is native key expiry (``PEXPIRE`` on every key of the session), so
     :meth:`purge_expired` has nothing to do. A write is one atomic server-side script: a
     failover or a resharding during a write makes it fail with an error or succeed, never
@@ -494,7 +429,6 @@ class RedisStore(Closing):
         *,
         prefix: str = "rollmem:",
         cluster: bool = False,
-        legacy_keys: bool = True,
         max_connections: int = 50,
         pool_timeout: float = 20.0,
     ):
@@ -515,7 +449,6 @@ class RedisStore(Closing):
                 f"whole and spread one session over several slots, got {prefix!r}"
             )
         v.check_bool("cluster", cluster)
-        v.check_bool("legacy_keys", legacy_keys)
         self._prefix = prefix
         self._lock = threading.Lock()
         self._url: Optional[str] = None
@@ -537,7 +470,6 @@ class RedisStore(Closing):
                 "url_or_client must be a Redis URL, a redis.Redis, a redis.asyncio.Redis or a "
                 f"RedisCluster of either, got {type(url_or_client).__name__}"
             )
-        self._legacy = legacy_keys and not self._cluster
 
     def __repr__(self) -> str:
         return f"<RedisStore prefix={self._prefix!r}>"
@@ -714,19 +646,10 @@ class RedisStore(Closing):
         """The session's head hash."""
         return self._tagged(session_id, "head")
 
-    def _legacy_key(self, session_id: str) -> Optional[str]:
-        """The earliest-layout key of the session, when this store reads those and the name cannot
-        be a key of the tagged layout."""
-        key = self._prefix + session_id
-        return key if self._legacy and not _TAGGED_TAIL.search(key) else None
-
     def _keys(self, session_id: str) -> list[str]:
-        """The head, the log, the previous layout's whole-state hash, then the earliest-layout key
-        if that is read: all in one hash slot (the last only off a cluster)."""
+        """The head hash and the log list, in one hash slot."""
         check_session_id(session_id)
-        legacy = self._legacy_key(session_id)
-        keys = [self._tagged(session_id, part) for part in ("head", "log", "state")]
-        return keys + ([legacy] if legacy is not None else [])
+        return [self._tagged(session_id, "head"), self._tagged(session_id, "log")]
 
     @staticmethod
     def _load_args(since: Optional[Head]) -> list[str]:
@@ -742,7 +665,6 @@ class RedisStore(Closing):
     @staticmethod
     def _write_args(change: LogWrite, token: str) -> list[str]:
         values = {
-            "mode": "w",
             "token": token,
             "ttl_ms": _ttl_ms(change.ttl),
             "create": _flag(change.create),
@@ -760,27 +682,6 @@ class RedisStore(Closing):
         }
         entries = [part for entry in change.entries for part in (str(entry.cost), entry.message)]
         return _script_args(_WRITE_FIELDS, values, entries)
-
-    @staticmethod
-    def _move_args(head: Head, entries: list[LogEntry], ttl_ms: str, key_index: int, old: str) -> list[str]:
-        """The write script's arguments that store ``head`` and ``entries`` whole in place of the
-        old-layout key ``KEYS[key_index]`` read at revision ``old`` (``ttl_ms`` "keep": its expiry)."""
-        values = {
-            "mode": "m",
-            "token": uuid.uuid4().hex,
-            "ttl_ms": ttl_ms,
-            "incarnation": head.incarnation,
-            "has_summary": "1",
-            "summary": head.summary,
-            "has_counter": _flag(head.counter is not None),
-            "counter": head.counter or "",
-            "old_index": str(key_index),
-            "old_revision": old,
-            "move_revision": str(head.revision),
-            "move_tail": str(head.tail),
-        }
-        parts = [part for entry in entries for part in (str(entry.seq), str(entry.cost), entry.message)]
-        return _script_args(_WRITE_FIELDS, values, parts)
 
     @staticmethod
     def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
@@ -823,7 +724,7 @@ class RedisStore(Closing):
                 seqs = [part[0] for part in parts]
                 costs = [part[1] for part in parts]
                 messages = [part[2] for part in parts]
-                # the rule of _numbers, a column at a time (a cost of -1 is rare: migrated sessions)
+                # the rule of _numbers, a column at a time (a cost of -1 is rare)
                 if all(map(str.isdecimal, seqs)) and (
                     all(map(str.isdecimal, costs)) or all(map(_numbers, zip(seqs, costs)))
                 ):
@@ -838,93 +739,70 @@ class RedisStore(Closing):
             raise self._malformed(session_id, f"log entry {text!r:.60}")
         return LogEntry(parts[2], int(parts[1]), int(parts[0]))
 
-    def _old(self, session_id: str, reply: list[Any]) -> tuple[Head, list[LogEntry], int, str]:
-        """A session of the previous layout (one JSON state) as a head and entries, with the index
-        of its key and the revision it was read at."""
-        state, revision, index = reply[1], _text(reply[2]), int(reply[3])
-        if not revision.isdigit():
-            raise self._malformed(session_id, f"state={state!r:.40}, revision={revision!r:.40}")
-        head, entries = read_state(session_id, self._string(session_id, state, "state"))
-        return head, entries, index, revision
-
     def _loaded(self, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
         kind = _text(reply[0])
         if kind == "n":
             return None
-        if kind == "s":
-            old_head, old_entries, _, _ = self._old(session_id, reply)
-            return StoredLog(old_head, tuple(old_entries))
+        if kind == "v":
+            self._check_layout(reply[1])
         head = self._head(session_id, reply[1:7])
         return StoredLog(head, self._entries(session_id, reply[8:]), bool(int(reply[7])))
 
     def _snapshot(self, session_id: str, results: list[Any]) -> Optional[StoredLog]:
         """A whole session from the replies of the commands :meth:`_read_all` queues: the
-        head's fields, the log items, then each old-layout key's state and revision."""
-        fields, items, *olds = results
-        incarnation, revision, summary, tail, counter = fields
-        if incarnation is not None:
-            head = self._head(
-                session_id, [incarnation, revision, summary or b"", tail, counter is not None, counter or b""]
-            )
-            return StoredLog(head, self._entries(session_id, items))
-        for index, (state, old_revision) in enumerate(olds, 3):
-            if state is not None or old_revision is not None:
-                return self._loaded(session_id, [b"s", state or b"", old_revision or b"", index])
-        return None
+        head's fields, then the log items."""
+        fields, items = results
+        incarnation, revision, summary, tail, counter, layout = fields
+        self._check_layout(layout)
+        if incarnation is None:
+            return None
+        head = self._head(
+            session_id, [incarnation, revision, summary or b"", tail, counter is not None, counter or b""]
+        )
+        return StoredLog(head, self._entries(session_id, items))
 
     @staticmethod
     def _read_all(pipeline: Any, keys: list[str]) -> None:
         """Queue what a whole load reads, for one MULTI/EXEC: it sends the log items as they are,
         where a script would copy each into Lua and back (twice the server's work per message)."""
-        pipeline.hmget(keys[0], "incarnation", "revision", "summary", "tail", "counter")
+        pipeline.hmget(keys[0], "incarnation", "revision", "summary", "tail", "counter", "layout")
         pipeline.lrange(keys[1], 0, -1)
-        for key in keys[2:]:
-            pipeline.hmget(key, "state", "revision")
 
-    def _step(
-        self, session_id: str, change: LogWrite, reply: list[Any]
-    ) -> Union[Head, tuple[list[str], int]]:
-        """The new head of a write that went through, or the arguments of the script that moves an
-        old-layout session in with ``change`` applied; raises the ``ConflictError`` of a lost write."""
+    def _check_layout(self, layout: Optional[Union[bytes, str]]) -> None:
+        """Refuse a head of another layout version (``None``: the field is absent)."""
+        if layout is not None:
+            text = _text(layout)
+            check_layout(repr(self), int(text) if text.isdecimal() else text)
+
+    def _written(self, session_id: str, change: LogWrite, reply: list[Any]) -> Head:
+        """The new head of a write that went through; raises the ``ConflictError`` of a lost write."""
         kind = _text(reply[0])
         if kind == "ok":
             return self._head(session_id, reply[1:7])
-        if kind == "c":
-            live = None if len(reply) == 1 else self._head(session_id, reply[1:7])
-            error = write_conflict(session_id, live, change)
-            if error is None:  # e.g. a create lost against a session whose head is identical
-                error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
-            raise error
-        head, entries, index, revision = self._old(session_id, reply)
-        updated, whole = write_whole(session_id, head, entries, change)
-        return self._move_args(updated, whole, _ttl_ms(change.ttl), index, revision), index
+        if kind == "v":
+            self._check_layout(reply[1])
+        live = None if len(reply) == 1 else self._head(session_id, reply[1:7])
+        error = write_conflict(session_id, live, change)
+        if error is None:  # e.g. a create lost against a session whose head is identical
+            error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
+        raise error
 
     def _ids_pattern(self, prefix: str) -> str:
         check_prefix(prefix)
-        if self._legacy:  # all layouts: every key under the store's prefix
-            return _glob_literal(self._prefix) + "*"
         return _glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*"
 
     def _ids(self, keys: set[str], prefix: str) -> list[str]:
-        found: set[str] = set()
-        for key in keys:
-            rest = key[len(self._prefix) :]
-            head = _HEAD.match(rest)
-            if head:
-                found.add(_decode_id(head.group(1)))
-            elif self._legacy and rest and not _TAGGED_TAIL.search(key):
-                found.add(rest)
+        heads = [_HEAD.match(key, len(self._prefix)) for key in keys]
+        found = [_decode_id(head.group(1)) for head in heads if head]
         return sorted(session_id for session_id in found if session_id.startswith(prefix))
 
     @staticmethod
-    def _begin(client: Any, command: Union[_ReadAll, _Exists, _Delete]) -> Any:
+    def _begin(client: Any, command: Union[_ReadAll, _Delete]) -> Any:
         """Send a command that is one driver call: its reply (a blocking client) or an awaitable of it."""
         if isinstance(command, _ReadAll):
             pipeline = client.pipeline(transaction=True)
             RedisStore._read_all(pipeline, command.keys)
             return pipeline.execute()
-        if isinstance(command, _Exists):
-            return client.exists(command.key)
         return client.delete(*command.keys)
 
     # -- flows: each operation once, yielding its Redis calls ---------------------------------
@@ -938,38 +816,8 @@ class RedisStore(Closing):
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
         check_write(session_id, change)
-        keys = self._keys(session_id)
-        args = self._write_args(change, uuid.uuid4().hex)
-        for _ in range(_RETRIES):
-            reply = yield _Script(1, keys, args)
-            if _text(reply[0]) == "retry":
-                args = self._write_args(change, uuid.uuid4().hex)
-                continue
-            step = self._step(session_id, change, reply)
-            if isinstance(step, Head):
-                return step
-            args = step[0]
-        raise ConflictError(
-            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
-        )
-
-    def _migrate_flow(self, session_id: str, dry_run: bool) -> Flow[bool]:
-        keys = self._keys(session_id)
-        for _ in range(_RETRIES):
-            if (yield _Exists(keys[0])):  # current: not read whole
-                return False
-            reply = yield _Script(0, keys, self._load_args(None))
-            if _text(reply[0]) != "s":
-                return False
-            head, entries, index, revision = self._old(session_id, reply)
-            if dry_run:
-                return True
-            reply = yield _Script(1, keys, self._move_args(head, entries, "keep", index, revision))
-            if _text(reply[0]) == "ok":
-                return True
-        raise ConflictError(
-            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
-        )
+        reply = yield _Script(1, self._keys(session_id), self._write_args(change, uuid.uuid4().hex))
+        return self._written(session_id, change, reply)
 
     def _delete_flow(self, session_id: str) -> Flow[bool]:
         return bool((yield _Delete(self._keys(session_id))))
@@ -1036,16 +884,8 @@ class RedisStore(Closing):
 
     def write(self, session_id: str, change: LogWrite) -> Head:
         """Apply ``change`` in one atomic script and return the new head; else raise
-        ``ConflictError`` and write nothing. A session of the previous layouts moves to the
-        head and log keys (its old keys deleted) in the script of its first write."""
+        ``ConflictError`` and write nothing."""
         return self._drive("write", session_id, self._write_flow(session_id, change))
-
-    def migrate(self, session_id: str, *, dry_run: bool = False) -> bool:
-        """Move the session from an old-layout key to the head and log keys, as it is (head,
-        entries, expiry), in one atomic script; ``True`` if it was there (with ``dry_run``: it
-        would move, nothing is written), ``False`` if it is already in the log layout or absent.
-        A stored state that cannot be read raises ``InvalidStateError`` and stays where it is."""
-        return self._drive("migration", session_id, self._migrate_flow(session_id, dry_run))
 
     def delete(self, session_id: str) -> bool:
         """Remove the session (every key of it); ``True`` if a live one was there."""

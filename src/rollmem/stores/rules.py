@@ -15,23 +15,28 @@ from types import TracebackType
 from typing import Optional, TypeVar
 
 from .. import _validate as v
-from ..errors import ConflictError
+from ..errors import ConflictError, StoreUnavailableError
 from ._protocol import Head, LogEntry, LogWrite
 
 __all__ = [
+    "LAYOUT_VERSION",
     "Closing",
     "apply_write",
+    "check_layout",
     "check_load",
     "check_prefix",
-    "check_save",
     "check_session_id",
     "check_write",
-    "conflict",
     "is_expired",
     "new_head",
     "shown",
     "write_conflict",
 ]
+
+LAYOUT_VERSION = 2
+"""The version of the layout the bundled stores write (SQLite and PostgreSQL in their meta table,
+Redis in each session's head). A store refuses a layout version it cannot read
+(:func:`check_layout`); a future layout moves sessions over once, reading this one."""
 
 
 def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
@@ -51,29 +56,20 @@ def check_prefix(prefix: object) -> str:
     return _check_text(prefix, "prefix", allow_empty=True)
 
 
-def check_save(session_id: object, state: object, expected_revision: object, ttl: object) -> None:
-    """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``save`` call."""
-    check_session_id(session_id)
-    _check_text(state, "state", allow_empty=True)
-    v.check_int("expected_revision", expected_revision, 0)
-    v.check_ttl(ttl)
-
-
 def is_expired(expires_at: Optional[float], now: float) -> bool:
     """Whether a session with this expiry time (``None``: never) is gone at ``now``."""
     return expires_at is not None and expires_at <= now
 
 
-def conflict(session_id: str, expected_revision: int, live_revision: Optional[int]) -> ConflictError:
-    """The error for a compare-and-set save that lost; ``live_revision`` is ``None`` when unknown."""
-    wanted = "as a new session" if expected_revision == 0 else f"against revision {expected_revision}"
-    if live_revision is None:
-        found = "another writer saved first"
-    elif live_revision == 0:
-        found = "the session is absent or expired"
-    else:
-        found = f"the store is at revision {live_revision}"
-    return ConflictError(f"session {shown(session_id)}: saved {wanted} but {found}")
+def check_layout(store: object, found: object) -> None:
+    """Raise :class:`~rollmem.errors.StoreUnavailableError` naming ``store`` and the version
+    when it holds layout version ``found`` and that is not :data:`LAYOUT_VERSION`."""
+    if found != LAYOUT_VERSION:
+        newer = isinstance(found, int) and found > LAYOUT_VERSION
+        raise StoreUnavailableError(
+            f"{store} holds rollmem layout version {found!r}; this rollmem reads version "
+            f"{LAYOUT_VERSION}" + (": upgrade rollmem" if newer else "")
+        )
 
 
 def shown(session_id: str, limit: int = 100) -> str:
@@ -156,7 +152,7 @@ def check_write(session_id: object, change: object) -> LogWrite:
         and not change.create
     ):
         raise ValueError("change: a rewrite (replace=True) needs expected_revision and expected_tail")
-    check_save(session_id, "", 0, change.ttl)
+    v.check_ttl(change.ttl)
     return change
 
 
