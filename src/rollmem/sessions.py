@@ -29,15 +29,17 @@ memory's ``on_evict`` hook is held back during a block and called, once per evic
 after the write that commits it (never for a fold that is not committed; a task cancelled while
 its write is in flight first learns whether it committed).
 
-Both twins run one *flow* per operation: a generator that yields store requests and redos, and
-receives their results. :class:`Sessions` performs them with plain calls,
-:class:`AsyncSessions` with awaits; every decision lives in the shared base.
+Both twins run one *flow* per operation: a generator that yields store requests, sleeps and
+redos (``_Load``, ``_Write``, ``_Sleep``, ``_Redo``) and receives their results, run by
+:func:`rollmem._flow.run` / :func:`~rollmem._flow.arun`. :class:`Sessions` performs a request
+with plain calls, :class:`AsyncSessions` with awaits; every decision lives in the shared base.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import random
 import threading
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast, runtime_checkable
 
 from . import _validate as v
+from ._flow import arun, run
 from ._threads import in_thread
 from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
 from .changes import (
@@ -132,14 +135,6 @@ class _Redo:
 
 _Request = Union[_Load, _Write, _Sleep, _Redo]
 _Flow = Generator[_Request, Any, _T]
-
-
-def _advance(flow: _Flow[Any], value: Any, error: Optional[Exception]) -> tuple[bool, Any]:
-    """Send ``value`` (or throw ``error``) into ``flow``: ``(False, request)`` or ``(True, result)``."""
-    try:
-        return False, (flow.send(value) if error is None else flow.throw(error))
-    except StopIteration as stop:
-        return True, stop.value
 
 
 # -- what a block loaded ----------------------------------------------------------------------------
@@ -580,14 +575,7 @@ class Sessions(_SessionsBase[M]):
         self.close()
 
     def _run(self, flow: _Flow[_T]) -> _T:
-        done, item = _advance(flow, None, None)
-        while not done:
-            try:
-                value, error = self._perform(item), None
-            except Exception as exc:
-                value, error = None, exc
-            done, item = _advance(flow, value, error)
-        return cast(_T, item)
+        return run(flow, self._perform)
 
     def _perform(self, request: _Request) -> Any:
         if isinstance(request, _Load):
@@ -745,26 +733,22 @@ class AsyncSessions(_SessionsBase[M]):
         await self.aclose()
 
     async def _run(self, flow: _Flow[_T]) -> _T:
-        done, item = _advance(flow, None, None)
-        while not done:
-            try:
-                value, error = await self._perform(item), None
-            except _WrittenThenCancelled as late:  # the write landed: finish the flow, then cancel
-                done, item = _advance(flow, late.head, None)
-                if not done:
-                    flow.close()
-                    raise late.cancel from None
-                raise _CommittedThenCancelled(item, late.cancel) from None
-            except Exception as exc:
-                value, error = None, exc
-            done, item = _advance(flow, value, error)
-        return cast(_T, item)
+        """Run ``flow``; when the task was cancelled while a write was in flight and that write
+        committed, the flow goes on with its head and ends (a later request raises the
+        cancellation into it), then :class:`_CommittedThenCancelled` carries what it committed."""
+        cancelled: list[BaseException] = []
+        value = await arun(flow, functools.partial(self._perform, cancelled))
+        if cancelled:
+            raise _CommittedThenCancelled(cast("Sequence[Change]", value), cancelled[0])
+        return value
 
-    async def _perform(self, request: _Request) -> Any:
+    async def _perform(self, cancelled: list[BaseException], request: _Request) -> Any:
+        if cancelled:
+            raise cancelled[0]
         if isinstance(request, _Load):
             return await self._log.aload(request.session_id, request.since)
         if isinstance(request, _Write):
-            return await _shielded_write(self._log, request)
+            return await _shielded_write(self._log, request, cancelled)
         if isinstance(request, _Sleep):
             return await asyncio.sleep(request.seconds)
         memory = request.memory
@@ -776,15 +760,6 @@ class AsyncSessions(_SessionsBase[M]):
         return changes
 
 
-class _WrittenThenCancelled(BaseException):
-    """The task was cancelled while its write was in flight, and the write committed."""
-
-    def __init__(self, head: Head, cancel: BaseException) -> None:
-        super().__init__(head)
-        self.head = head
-        self.cancel = cancel
-
-
 class _CommittedThenCancelled(BaseException):
     """A block's flow committed these changes, then the task was cancelled: hooks, then cancel."""
 
@@ -794,11 +769,11 @@ class _CommittedThenCancelled(BaseException):
         self.cancel = cancel
 
 
-async def _shielded_write(log: AsyncLogStore, request: _Write) -> Head:
+async def _shielded_write(log: AsyncLogStore, request: _Write, cancelled: list[BaseException]) -> Head:
     """``awrite`` shielded from cancellation: a cancelled task first learns how its write ended
     (a thread-backed store's write goes on anyway, a server may have applied it), so a committed
-    eviction still reaches ``on_evict`` (:class:`_WrittenThenCancelled`) and an uncommitted one
-    never does."""
+    eviction still reaches ``on_evict`` (the write's head is returned and the cancellation kept
+    in ``cancelled``) and an uncommitted one never does (the cancellation is raised)."""
     write = asyncio.ensure_future(log.awrite(request.session_id, request.change))
     try:
         return await asyncio.shield(write)
@@ -807,7 +782,8 @@ async def _shielded_write(log: AsyncLogStore, request: _Write) -> Head:
             head = await write
         except Exception:
             raise cancel from None
-        raise _WrittenThenCancelled(head, cancel) from None
+        cancelled.append(cancel)
+        return head
 
 
 async def _settle(memory: Any) -> None:

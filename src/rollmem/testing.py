@@ -15,11 +15,11 @@ pytest collects, and define ``make_store(self)``, returning a new, empty store f
         def make_store(self) -> MemoryStore:
             return MemoryStore()
 
-Each scenario is written once, as a generator that yields call and pause steps
-and receives their results (or has their exception thrown in); the classes only drive it, with
-blocking or awaited calls. Server backends get :func:`service_url` (skip, or fail under
-``ROLLMEM_REQUIRE_SERVICES=1``); :func:`create`, :func:`append`, :func:`entry` and :func:`texts`
-build and read log writes in your own tests.
+Each scenario is written once, as a generator flow that yields call and pause steps and
+receives their results (or has their exception thrown in), run by :func:`rollmem._flow.run`
+with blocking calls or :func:`~rollmem._flow.arun` with awaited ones. Server backends get
+:func:`service_url` (skip, or fail under ``ROLLMEM_REQUIRE_SERVICES=1``); :func:`create`,
+:func:`append`, :func:`entry` and :func:`texts` build and read log writes in your own tests.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ for _module, _package in (("pytest", "pytest"), ("hypothesis", "hypothesis")):
     _extras.import_extra(_module, package=_package, extra="testing", feature="rollmem.testing")
 
 import asyncio  # noqa: E402
+import functools  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -44,6 +45,7 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from ._flow import arun, run  # noqa: E402
 from .errors import ConflictError  # noqa: E402
 from .stores import Head, LogEntry, LogWrite, StoredLog  # noqa: E402
 from .stores.rules import apply_write  # noqa: E402
@@ -91,42 +93,23 @@ def _pause(seconds: float) -> _Pause:
     return _Pause(seconds)
 
 
-def _next_step(steps: Scenario, result: Any, error: Optional[Exception]) -> Optional[Step]:
+def _perform(store: Any, step: Step) -> Any:
+    """Perform a step with the store's blocking methods."""
+    if isinstance(step, _Pause):
+        return time.sleep(step.seconds)
+    return getattr(store, step.method)(*step.args)
+
+
+async def _aperform(store: Any, step: Step) -> Any:
+    """Perform a step with the store's ``a``-methods."""
+    if isinstance(step, _Pause):
+        return await asyncio.sleep(step.seconds)
+    return await getattr(store, "a" + step.method)(*step.args)
+
+
+async def _arun_then_close(store: Any, steps: Scenario) -> None:
     try:
-        return steps.send(result) if error is None else steps.throw(error)
-    except StopIteration:
-        return None
-
-
-def _drive(store: Any, steps: Scenario) -> None:
-    """Run a scenario with the store's blocking methods."""
-    step = _next_step(steps, None, None)
-    while step is not None:
-        result, error = None, None
-        if isinstance(step, _Pause):
-            time.sleep(step.seconds)
-        else:
-            try:
-                result = getattr(store, step.method)(*step.args)
-            except Exception as exc:
-                error = exc
-        step = _next_step(steps, result, error)
-
-
-async def _adrive(store: Any, steps: Scenario) -> None:
-    """Run a scenario with the store's ``a``-methods, then ``aclose`` the store."""
-    try:
-        step = _next_step(steps, None, None)
-        while step is not None:
-            result, error = None, None
-            if isinstance(step, _Pause):
-                await asyncio.sleep(step.seconds)
-            else:
-                try:
-                    result = await getattr(store, "a" + step.method)(*step.args)
-                except Exception as exc:
-                    error = exc
-            step = _next_step(steps, result, error)
+        await arun(steps, functools.partial(_aperform, store))
     finally:
         await store.aclose()
 
@@ -165,7 +148,7 @@ class _Blocking:
             store.close()
 
     def run(self, store: Any, steps: Scenario) -> None:
-        _drive(store, steps)
+        run(steps, functools.partial(_perform, store))
 
 
 class _Awaiting:
@@ -180,7 +163,7 @@ class _Awaiting:
         return self.make_store()
 
     def run(self, store: Any, steps: Scenario) -> None:
-        asyncio.run(_adrive(store, steps))
+        asyncio.run(_arun_then_close(store, steps))
 
 
 def service_url(variable: str, how_to_start: str) -> str:

@@ -35,7 +35,7 @@ redis_asyncio = pytest.importorskip("redis.asyncio")
 redis_cluster = pytest.importorskip("redis.cluster")
 redis_asyncio_cluster = pytest.importorskip("redis.asyncio.cluster")
 
-from rollmem.stores.redis import RedisStore  # noqa: E402
+from rollmem.stores.redis import RedisStore, _write_args  # noqa: E402
 
 
 @pytest.fixture
@@ -413,8 +413,8 @@ def test_a_write_resent_by_a_client_retry_succeeds_once(url: str, prefix: str) -
     store = RedisStore(url, prefix=prefix)
     try:
         head = _put(store, "s", "a")
-        _client, scripts = store._sync_client()
-        keys, args = store._keys("s"), store._write_args(append(head, "b"), "token-1")
+        _client, scripts = store._clients.sync()
+        keys, args = store._keys("s"), _write_args(append(head, "b"), "token-1")
         first, again = scripts[1](keys=keys, args=args), scripts[1](keys=keys, args=args)
         assert first == again
         assert first[0] == b"ok"
@@ -429,9 +429,9 @@ def test_a_write_resent_after_other_writes_is_still_applied_once(url: str, prefi
     store = RedisStore(url, prefix=prefix)
     try:
         head = _put(store, "s", "a")
-        _client, scripts = store._sync_client()
+        _client, scripts = store._clients.sync()
         keys = store._keys("s")
-        mine = store._write_args(append(head, "b"), "token-mine")
+        mine = _write_args(append(head, "b"), "token-mine")
         scripts[1](keys=keys, args=mine)
         for i in range(7):
             store.write("s", append(head, f"other {i}"))

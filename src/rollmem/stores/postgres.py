@@ -1,9 +1,10 @@
 """Sessions in PostgreSQL: :class:`PostgresStore` (extra ``postgres``: psycopg 3 and psycopg_pool).
 
 A log store: ``<table>_heads`` (a row per session) and ``<table>_log`` (a row per message),
-created on first use with ``<table>_meta`` (the schema version). Every operation is written
-once, as a generator of SQL steps; the blocking and the async methods only drive it on their
-kind of connection.
+created on first use with ``<table>_meta`` (the layout version). Every operation is written
+once, as a generator flow of SQL steps (``(statement, parameters)``, answered by ``(rowcount,
+rows)``); the blocking and the async methods run it with :func:`rollmem._flow.run` /
+:func:`~rollmem._flow.arun` on their kind of connection, in one transaction for a write.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
+from .._flow import arun, run
 from ..errors import ConflictError, StoreUnavailableError
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
 from .rules import (
@@ -37,7 +39,6 @@ from .rules import (
 )
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection, Connection
     from psycopg.sql import Composed
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -456,52 +457,44 @@ class PostgresStore(Closing):
         count, _ = yield self._sql.purge, ()
         return count
 
-    # -- drivers ---------------------------------------------------------------------------------
-
-    def _drive(self, conn: Connection[Any], flow: Flow[T], write: bool) -> T:
-        from psycopg.rows import tuple_row
-
-        reply: Optional[tuple[int, Rows]] = None
-        with conn.transaction() if write else _NoTransaction():
-            while True:
-                try:
-                    query, params = flow.send(reply)  # type: ignore[arg-type]
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                with conn.cursor(row_factory=tuple_row) as cursor:
-                    cursor.execute(query, params)
-                    reply = (cursor.rowcount, cursor.fetchall() if cursor.description else [])
-
-    async def _adrive(self, conn: AsyncConnection[Any], flow: Flow[T], write: bool) -> T:
-        from psycopg.rows import tuple_row
-
-        reply: Optional[tuple[int, Rows]] = None
-        async with conn.transaction() if write else _NoTransaction():
-            while True:
-                try:
-                    query, params = flow.send(reply)  # type: ignore[arg-type]
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                async with conn.cursor(row_factory=tuple_row) as cursor:
-                    await cursor.execute(query, params)
-                    reply = (cursor.rowcount, await cursor.fetchall() if cursor.description else [])
+    # -- running a flow: each step one statement on the call's connection ---------------------
 
     def _run(self, action: str, session_id: Optional[str], flow: Flow[T], *, write: bool = False) -> T:
+        from psycopg.rows import tuple_row
+
         pool = self._sync_pool()
         with self._errors(action, session_id), pool.connection() as conn:
+
+            def perform(step: tuple[Composed, Sequence[Any]]) -> tuple[int, Rows]:
+                with conn.cursor(row_factory=tuple_row) as cursor:
+                    cursor.execute(*step)
+                    return cursor.rowcount, cursor.fetchall() if cursor.description else []
+
             if not self._ready:
-                self._drive(conn, self._create_flow(), write=True)
+                with conn.transaction():
+                    run(self._create_flow(), perform)
                 self._ready = True
-            return self._drive(conn, flow, write)
+            with conn.transaction() if write else _NoTransaction():
+                return run(flow, perform)
 
     async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T], *, write: bool = False) -> T:
+        from psycopg.rows import tuple_row
+
         pool = await self._async_pool()
         with self._errors(action, session_id):
             async with pool.connection() as conn:
+
+                async def perform(step: tuple[Composed, Sequence[Any]]) -> tuple[int, Rows]:
+                    async with conn.cursor(row_factory=tuple_row) as cursor:
+                        await cursor.execute(*step)
+                        return cursor.rowcount, await cursor.fetchall() if cursor.description else []
+
                 if not self._ready:
-                    await self._adrive(conn, self._create_flow(), write=True)
+                    async with conn.transaction():
+                        await arun(self._create_flow(), perform)
                     self._ready = True
-                return await self._adrive(conn, flow, write)
+                async with conn.transaction() if write else _NoTransaction():
+                    return await arun(flow, perform)
 
     # -- blocking methods ------------------------------------------------------------------------
 

@@ -1,26 +1,18 @@
 """Sessions in Redis or Redis Cluster: :class:`RedisStore` (extra ``redis``, redis-py 5 or later).
 
-A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`).
-Each session is a hash at ``<prefix>{<encoded session id>}:head`` (incarnation, revision,
-summary, tail, counter identity) and a list at ``<prefix>{<encoded session id>}:log`` of
-entries (sequence number, cost and message JSON, tab-separated), oldest first; a ``ttl`` is
-Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
-atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one
-session lives in one hash slot, so each script stays legal in a cluster. Each head records
-the layout version (:data:`~rollmem.stores.rules.LAYOUT_VERSION`); another one is refused.
-
-Each operation is written once, as a generator flow (``_load_flow``, ``_write_flow``,
-``_delete_flow``, ``_ids_flow``) that yields the Redis calls it needs as
-small command objects (``_Script``: a script with its keys and arguments; ``_ReadAll``: a whole
-load's MULTI/EXEC; ``_Delete``, ``_Scan``) and receives their replies; ``_drive``
-runs a flow on the blocking client and ``_adrive`` on the asyncio one, each call inside the
-store's guards (an operation slot in a cluster, driver errors as ``StoreUnavailableError``), as
-:mod:`rollmem.stores.postgres` does with SQL statements.
+The module holds three ideas, in this order: the layout (the Lua scripts, the keys, the
+arguments a script takes and how its replies read: pure functions); the clients
+(:class:`_Clients`: made from a URL or given, the guards around each call, closing); and the
+store, whose every operation is a generator flow (``_load_flow``, ``_write_flow``, ...) that
+yields the Redis calls it needs as small command objects (``_Script``, ``_ReadAll``,
+``_Delete``, ``_Scan``), run by :func:`rollmem._flow.run` / :func:`~rollmem._flow.arun` with the
+clients' blocking or asyncio ``perform``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import re
@@ -30,11 +22,11 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from itertools import repeat
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
-from .._validate import check_positive_int, check_positive_number
+from .._flow import arun, run
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
 from .rules import (
@@ -60,6 +52,8 @@ if TYPE_CHECKING:
     AsyncClient = Union[redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster]
 
 __all__ = ["RedisStore"]
+
+# -- the layout: scripts, keys, arguments, replies ---------------------------------------------
 
 # Every script gets KEYS = the head hash and the log list (one hash slot). Its ARGV are named
 # once, in order, by a field tuple: _script_args builds them from it and the script reads them
@@ -272,73 +266,6 @@ _ID_UNESCAPED = re.compile("%(25|7B|7D)")
 # What follows the prefix in a session's head key: the group is the encoded session id.
 _HEAD = re.compile(r"\{([^{}]+)\}:head\Z")
 
-# -- the Redis calls an operation's flow yields ------------------------------------------------
-
-_SCRIPTS = (_LOAD_SCRIPT, _WRITE_SCRIPT)
-
-
-class _Script(NamedTuple):
-    """Run ``_SCRIPTS[which]`` (0: load, 1: write) with ``keys`` and ``args``; reply: its reply."""
-
-    which: int
-    keys: list[str]
-    args: list[str]
-
-
-class _ReadAll(NamedTuple):
-    """A whole load's reads in one MULTI/EXEC (see :meth:`RedisStore._read_all`); reply: their replies."""
-
-    keys: list[str]
-
-
-class _Delete(NamedTuple):
-    """``DEL keys``; reply: how many went."""
-
-    keys: list[str]
-
-
-class _Scan(NamedTuple):
-    """SCAN for ``pattern`` to the end (in a cluster: on every primary); reply: the keys, as a set of str."""
-
-    pattern: str
-
-
-_Command = Union[_Script, _ReadAll, _Delete, _Scan]
-T = TypeVar("T")
-# A store operation: yields the Redis calls it needs, receives their replies, returns its result.
-Flow = Generator[_Command, Any, T]
-
-
-def _register(client: Any) -> Any:
-    return (client.register_script(_LOAD_SCRIPT), client.register_script(_WRITE_SCRIPT))
-
-
-_REDIS_MODULES = (
-    "redis",
-    "redis.asyncio",
-    "redis.asyncio.cluster",
-    "redis.asyncio.retry",
-    "redis.backoff",
-    "redis.cluster",
-    "redis.retry",
-)
-
-
-def _import_redis() -> ModuleType:
-    for name in _REDIS_MODULES[1:]:
-        import_extra(name, package="redis", extra="redis", feature="RedisStore")
-    return import_extra("redis", package="redis", extra="redis", feature="RedisStore")
-
-
-def _raised_in(error: BaseException, package: ModuleType) -> bool:
-    """Whether ``error`` was raised by code of ``package`` (its innermost frame is there)."""
-    tb = error.__traceback__
-    if tb is None or not package.__file__:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(package.__file__) + os.sep)
-
 
 def _text(value: Union[bytes, str]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
@@ -375,6 +302,461 @@ def _decode_id(encoded: str) -> str:
     return _ID_UNESCAPED.sub(lambda match: chr(int(match.group(1), 16)), encoded)
 
 
+def _load_args(since: Optional[Head]) -> list[str]:
+    if since is None:
+        return _script_args(_LOAD_FIELDS, {})
+    values = {
+        "since_incarnation": since.incarnation,
+        "since_revision": str(since.revision),
+        "since_tail": str(since.tail),
+    }
+    return _script_args(_LOAD_FIELDS, values)
+
+
+def _write_args(change: LogWrite, token: str) -> list[str]:
+    values = {
+        "token": token,
+        "ttl_ms": _ttl_ms(change.ttl),
+        "create": _flag(change.create),
+        "incarnation": uuid.uuid4().hex if change.create else change.incarnation,
+        "expected_revision": _optional(change.expected_revision),
+        "expected_tail": _optional(change.expected_tail),
+        "has_summary": _flag(change.summary is not None),
+        "summary": change.summary or "",
+        "cut": str(change.cut),
+        "keep_seqs": ",".join(str(seq) for seq in change.keep),
+        "replace": _flag(change.replace),
+        "has_counter": _flag(change.counter is not None),
+        "counter": change.counter or "",
+        "append_only": _flag(change.is_append),
+    }
+    entries = [part for entry in change.entries for part in (str(entry.cost), entry.message)]
+    return _script_args(_WRITE_FIELDS, values, entries)
+
+
+def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
+    try:
+        return _text(value)
+    except UnicodeDecodeError as exc:
+        problem = f"stored {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+        raise InvalidStateError("", f"session {shown(session_id)}: {problem}") from None
+
+
+def _malformed(session_id: str, what: str) -> StoreUnavailableError:
+    return StoreUnavailableError(f"Redis holds a malformed entry for session {shown(session_id)}: {what}")
+
+
+def _head(session_id: str, fields: list[Any]) -> Head:
+    incarnation, revision, summary, tail, has_counter, counter = fields
+    try:
+        return Head(
+            _string(session_id, incarnation, "incarnation"),
+            int(revision),
+            _string(session_id, summary, "summary"),
+            int(tail),
+            _string(session_id, counter, "counter") if int(has_counter) else None,
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidStateError):
+            raise
+        raise _malformed(session_id, f"head fields {fields!r:.80}") from None
+
+
+def _entries(session_id: str, raws: list[Any]) -> tuple[LogEntry, ...]:
+    """The log items as entries. A load reads every one, so the common case is one decode for
+    all and a split each, columns converted at C speed; anything odd is read item by item, to
+    name it."""
+    texts: list[str] = []
+    if raws and all(type(raw) is bytes for raw in raws):
+        with suppress(UnicodeDecodeError):
+            texts = b"\n".join(raws).decode("utf-8").split("\n")
+    if len(texts) == len(raws):  # no item held a newline (a message's JSON never does)
+        parts = [text.split("\t", 2) for text in texts]
+        with suppress(IndexError):  # an item of fewer than three parts
+            seqs = [part[0] for part in parts]
+            costs = [part[1] for part in parts]
+            messages = [part[2] for part in parts]
+            # the rule of _numbers, a column at a time (a cost of -1 is rare)
+            if all(map(str.isdecimal, seqs)) and (
+                all(map(str.isdecimal, costs)) or all(map(_numbers, zip(seqs, costs)))
+            ):
+                numbers = zip(messages, map(int, costs), map(int, seqs))
+                return tuple(map(tuple.__new__, repeat(LogEntry), numbers))
+    return tuple(_entry(session_id, raw) for raw in raws)
+
+
+def _entry(session_id: str, raw: Union[bytes, str]) -> LogEntry:
+    text = _string(session_id, raw, "message")
+    parts = text.split("\t", 2)
+    if len(parts) != 3 or not _numbers(parts):
+        raise _malformed(session_id, f"log entry {text!r:.60}")
+    return LogEntry(parts[2], int(parts[1]), int(parts[0]))
+
+
+def _check_layout(store: object, layout: Optional[Union[bytes, str]]) -> None:
+    """Refuse a head of another layout version (``None``: the field is absent)."""
+    if layout is not None:
+        text = _text(layout)
+        check_layout(store, int(text) if text.isdecimal() else text)
+
+
+def _loaded(store: object, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
+    """What a load script's reply holds."""
+    kind = _text(reply[0])
+    if kind == "n":
+        return None
+    if kind == "v":
+        _check_layout(store, reply[1])
+    head = _head(session_id, reply[1:7])
+    return StoredLog(head, _entries(session_id, reply[8:]), bool(int(reply[7])))
+
+
+def _snapshot(store: object, session_id: str, results: list[Any]) -> Optional[StoredLog]:
+    """A whole session from the replies of a :class:`_ReadAll`: the head's fields, the log items."""
+    fields, items = results
+    incarnation, revision, summary, tail, counter, layout = fields
+    _check_layout(store, layout)
+    if incarnation is None:
+        return None
+    head = _head(
+        session_id, [incarnation, revision, summary or b"", tail, counter is not None, counter or b""]
+    )
+    return StoredLog(head, _entries(session_id, items))
+
+
+def _written(store: object, session_id: str, change: LogWrite, reply: list[Any]) -> Head:
+    """The new head of a write that went through; raises the ``ConflictError`` of a lost write."""
+    kind = _text(reply[0])
+    if kind == "ok":
+        return _head(session_id, reply[1:7])
+    if kind == "v":
+        _check_layout(store, reply[1])
+    live = None if len(reply) == 1 else _head(session_id, reply[1:7])
+    error = write_conflict(session_id, live, change)
+    if error is None:  # e.g. a create lost against a session whose head is identical
+        error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
+    raise error
+
+
+# -- the Redis calls a flow yields -------------------------------------------------------------
+
+_SCRIPTS = (_LOAD_SCRIPT, _WRITE_SCRIPT)
+
+
+class _Script(NamedTuple):
+    """Run ``_SCRIPTS[which]`` (0: load, 1: write) with ``keys`` and ``args``; reply: its reply."""
+
+    which: int
+    keys: list[str]
+    args: list[str]
+
+
+class _ReadAll(NamedTuple):
+    """A whole load's reads in one MULTI/EXEC (it sends the log items as they are, where a script
+    would copy each into Lua and back); reply: the head's fields and the log items."""
+
+    keys: list[str]
+
+
+class _Delete(NamedTuple):
+    """``DEL keys``; reply: how many went."""
+
+    keys: list[str]
+
+
+class _Scan(NamedTuple):
+    """SCAN for ``pattern`` to the end (in a cluster: on every primary); reply: the keys, as a set of str."""
+
+    pattern: str
+
+
+_Command = Union[_Script, _ReadAll, _Delete, _Scan]
+T = TypeVar("T")
+# A store operation: yields the Redis calls it needs, receives their replies, returns its result.
+Flow = Generator[_Command, Any, T]
+
+
+def _send(client: Any, scripts: Any, command: _Command, *, whole: bool = False) -> Any:
+    """Send ``command`` on ``client``: its reply (a blocking client), an awaitable of it (an
+    asyncio client), or for a scan an iterator (async iterator) of keys. ``whole``: send a
+    script itself (``EVAL``), when its node lost the cached one (a restart, a failover) and the
+    driver's reload went to the primaries it knew."""
+    if isinstance(command, _Script):
+        if whole:
+            return client.eval(_SCRIPTS[command.which], len(command.keys), *command.keys, *command.args)
+        return scripts[command.which](keys=command.keys, args=command.args)
+    if isinstance(command, _ReadAll):
+        pipeline = client.pipeline(transaction=True)
+        pipeline.hmget(command.keys[0], "incarnation", "revision", "summary", "tail", "counter", "layout")
+        pipeline.lrange(command.keys[1], 0, -1)
+        return pipeline.execute()
+    if isinstance(command, _Scan):
+        return client.scan_iter(match=command.pattern, count=1000)
+    return client.delete(*command.keys)
+
+
+# -- the clients -----------------------------------------------------------------------------------
+
+
+def _register(client: Any) -> Any:
+    return (client.register_script(_LOAD_SCRIPT), client.register_script(_WRITE_SCRIPT))
+
+
+_REDIS_MODULES = (
+    "redis",
+    "redis.asyncio",
+    "redis.asyncio.cluster",
+    "redis.asyncio.retry",
+    "redis.backoff",
+    "redis.cluster",
+    "redis.retry",
+)
+
+
+def _import_redis() -> ModuleType:
+    for name in _REDIS_MODULES[1:]:
+        import_extra(name, package="redis", extra="redis", feature="RedisStore")
+    return import_extra("redis", package="redis", extra="redis", feature="RedisStore")
+
+
+def _raised_in(error: BaseException, package: ModuleType) -> bool:
+    """Whether ``error`` was raised by code of ``package`` (its innermost frame is there)."""
+    tb = error.__traceback__
+    if tb is None or not package.__file__:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(package.__file__) + os.sep)
+
+
+class _Clients:
+    """The clients one :class:`RedisStore` talks through: made from its URL on first use (or
+    given), the guards around every call (an operation slot in a cluster, driver errors as
+    ``StoreUnavailableError``), how a command is performed on each side, and closing."""
+
+    def __init__(
+        self,
+        url_or_client: Union[str, SyncClient, AsyncClient],
+        cluster: bool,
+        max_connections: int,
+        pool_timeout: float,
+    ) -> None:
+        driver = _import_redis()
+        self._max_connections = max_connections
+        self._pool_timeout = pool_timeout
+        self._gate: Optional[threading.BoundedSemaphore] = None  # a cluster client's operations in flight
+        self._agate: Optional[asyncio.Semaphore] = None
+        self._async_init: Optional[asyncio.Lock] = None  # the async cluster client's first initialize
+        self._async_ready = False
+        self._lock = threading.Lock()
+        self.url: Optional[str] = None
+        self.cluster = cluster
+        self._sync: Optional[tuple[SyncClient, tuple[Script, Script]]] = None
+        self._async: Optional[tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]] = None
+        self._async_loop: Optional[asyncio.AbstractEventLoop] = None
+        if isinstance(url_or_client, str):
+            driver.connection.parse_url(url_or_client)  # a bad URL fails here, not on first use
+            self.url = url_or_client
+        elif isinstance(url_or_client, (driver.asyncio.Redis, driver.asyncio.cluster.RedisCluster)):
+            self.cluster = isinstance(url_or_client, driver.asyncio.cluster.RedisCluster)
+            self._async = (url_or_client, _register(url_or_client))
+        elif isinstance(url_or_client, (driver.Redis, driver.cluster.RedisCluster)):
+            self.cluster = isinstance(url_or_client, driver.cluster.RedisCluster)
+            self._sync = (url_or_client, _register(url_or_client))
+        else:
+            raise TypeError(
+                "url_or_client must be a Redis URL, a redis.Redis, a redis.asyncio.Redis or a "
+                f"RedisCluster of either, got {type(url_or_client).__name__}"
+            )
+
+    # -- making them -----------------------------------------------------------------------------
+
+    def _make(self, package: ModuleType) -> Any:
+        """A client of ``package`` (``redis`` or ``redis.asyncio``) from the URL: a cluster
+        client, or a client owning a blocking pool of ``max_connections``. Two quick retries of a
+        dropped connection; a resent write is safe (see _WRITE_SCRIPT)."""
+        backoff = _import_redis().backoff.ExponentialBackoff(cap=0.5, base=0.05)
+        options = {
+            "socket_connect_timeout": _CONNECT_TIMEOUT,
+            "socket_timeout": _SOCKET_TIMEOUT,
+            "retry": package.retry.Retry(backoff, 2),
+            "max_connections": self._max_connections,
+        }
+        if self.cluster:
+            return package.cluster.RedisCluster.from_url(self.url, **options)
+        return package.Redis.from_pool(
+            package.BlockingConnectionPool.from_url(self.url, timeout=self._pool_timeout, **options)
+        )
+
+    def sync(self) -> tuple[SyncClient, tuple[Script, Script]]:
+        """The blocking client and its scripts (made on first use)."""
+        if self._sync is not None:
+            return self._sync
+        if self.url is None:
+            raise TypeError(
+                "this RedisStore was given a redis.asyncio client: use the a-methods (aload, awrite, ...)"
+            )
+        with self._lock:
+            if self._sync is None:
+                client = self._make(_import_redis())
+                if self.cluster:
+                    self._gate = threading.BoundedSemaphore(self._max_connections)
+                self._sync = (client, _register(client))
+            return self._sync
+
+    async def asynchronous(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
+        """The asyncio client and its scripts (made on first use, on the running loop)."""
+        made = self._made_async()
+        if self.cluster and not self._async_ready:
+            # Initialized once, before any concurrent use: redis-py's async cluster client, first
+            # used by many tasks at once, closes connections that other tasks are using.
+            with self._lock:
+                if self._async_init is None:
+                    self._async_init = asyncio.Lock()
+                init = self._async_init
+            async with init:
+                if not self._async_ready:
+                    with self.errors("connection"):
+                        await made[0].initialize()
+                    self._async_ready = True
+        return made
+
+    def _made_async(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
+        loop = asyncio.get_running_loop()
+        if self.url is None:
+            if self._async is None:
+                raise TypeError("this RedisStore was given a blocking redis client: use load, write, ...")
+            return self._async
+        with self._lock:
+            if self._async is None:
+                client = self._make(_import_redis().asyncio)
+                if self.cluster:
+                    # redis-py's async cluster raises on a full node pool and then drops sockets
+                    # that other tasks are using: keep the operations in flight below the limit.
+                    self._agate = asyncio.Semaphore(self._max_connections)
+                self._async = (client, _register(client))
+                self._async_loop = loop
+            elif self._async_loop is not loop:
+                raise RuntimeError(
+                    "this RedisStore's asyncio client belongs to another event loop: "
+                    "await store.aclose() on that loop before using the store on a new one"
+                )
+            return self._async
+
+    # -- the guards around each call -------------------------------------------------------------
+
+    @contextmanager
+    def errors(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
+        """Driver errors (and faults raised inside redis-py) as ``StoreUnavailableError``."""
+        driver = _import_redis()
+        try:
+            yield
+        except (
+            driver.exceptions.RedisError,
+            driver.exceptions.RedisClusterException,  # not a RedisError: "no node reachable"
+            OSError,
+            asyncio.TimeoutError,
+        ) as exc:
+            raise self._unavailable(action, session_id, str(exc)) from exc
+        except (AttributeError, TypeError) as exc:
+            if not _raised_in(exc, driver):
+                raise
+            raise self._unavailable(action, session_id, f"a fault inside redis-py: {exc!r}") from exc
+
+    def _unavailable(self, action: str, session_id: Optional[str], problem: str) -> StoreUnavailableError:
+        target = "" if session_id is None else f" of session {shown(session_id)}"
+        if problem == "No connection available.":
+            problem = (
+                f"no free connection: all {self._max_connections} of the store's connections stayed "
+                f"busy for {self._pool_timeout:g} s"
+            )
+        return StoreUnavailableError(f"Redis {action}{target} failed: {problem}")
+
+    @contextmanager
+    def _slot(self, action: str, session_id: Optional[str]) -> Iterator[None]:
+        """Hold one of a cluster client's ``max_connections`` operation slots (else nothing)."""
+        gate = self._gate
+        if gate is None:
+            yield
+            return
+        if not gate.acquire(timeout=self._pool_timeout):
+            raise self._unavailable(action, session_id, "No connection available.")
+        try:
+            yield
+        finally:
+            gate.release()
+
+    @asynccontextmanager
+    async def _aslot(self, action: str, session_id: Optional[str]) -> AsyncIterator[None]:
+        """Async twin of :meth:`_slot`."""
+        gate = self._agate
+        if gate is None:
+            yield
+            return
+        try:
+            await asyncio.wait_for(gate.acquire(), self._pool_timeout)
+        except asyncio.TimeoutError:
+            raise self._unavailable(action, session_id, "No connection available.") from None
+        try:
+            yield
+        finally:
+            gate.release()
+
+    # -- performing a flow's commands ------------------------------------------------------------
+
+    def perform(self, action: str, session_id: Optional[str], command: _Command) -> Any:
+        """Send ``command`` on the blocking client, in an operation slot, driver errors as
+        ``StoreUnavailableError`` naming ``action`` and the session."""
+        client, scripts = self.sync()
+        with self._slot(action, session_id), self.errors(action, session_id):
+            try:
+                reply = _send(client, scripts, command)
+            except _import_redis().exceptions.NoScriptError:
+                reply = _send(client, scripts, command, whole=True)
+            return {_text(key) for key in reply} if isinstance(command, _Scan) else reply
+
+    async def aperform(self, action: str, session_id: Optional[str], command: _Command) -> Any:
+        """Async twin of :meth:`perform`, on the asyncio client."""
+        client, scripts = await self.asynchronous()
+        async with self._aslot(action, session_id):
+            with self.errors(action, session_id):
+                try:
+                    reply = _send(client, scripts, command)
+                    if isinstance(command, _Scan):
+                        return {_text(key) async for key in reply}
+                    return await reply
+                except _import_redis().exceptions.NoScriptError:
+                    return await _send(client, scripts, command, whole=True)
+
+    # -- closing -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the blocking client made from the URL (not a client that was given)."""
+        if self.url is None:
+            return
+        with self._lock:
+            made, self._sync = self._sync, None
+        if made is not None:
+            client = made[0]
+            if isinstance(client, _import_redis().cluster.RedisCluster):
+                client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the clients made from the URL (not a client that was given)."""
+        if self.url is None:
+            return
+        with self._lock:
+            made, self._async, self._async_loop = self._async, None, None
+            self._agate, self._async_init, self._async_ready = None, None, False
+        if made is not None:
+            await made[0].aclose()
+        self.close()
+
+
+# -- the store ---------------------------------------------------------------------------------------
+
+
 class RedisStore(Closing):
     """A session store in Redis or Redis Cluster, shared by every process that reaches it.
 
@@ -390,7 +772,8 @@ class RedisStore(Closing):
     store.aclose()`` there before using the store from another loop.
 
     A log store (see :class:`~rollmem.stores.LogStore`): each session is a hash at
-    ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity) and a list
+    ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity, layout
+    version) and a list
     at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message JSON,
     tab-separated), where ``<id>`` is the session id with ``%``, ``{`` and ``}``
     percent-encoded (``%25``, ``%7B``, ``%7D``).
@@ -432,14 +815,7 @@ class RedisStore(Closing):
         max_connections: int = 50,
         pool_timeout: float = 20.0,
     ):
-        driver = _import_redis()
         check_prefix(prefix)
-        self._max_connections = check_positive_int("max_connections", max_connections)
-        self._pool_timeout = float(check_positive_number("pool_timeout", pool_timeout))
-        self._gate: Optional[threading.BoundedSemaphore] = None  # a cluster client's operations in flight
-        self._agate: Optional[asyncio.Semaphore] = None
-        self._async_init: Optional[asyncio.Lock] = None  # the async cluster client's first initialize
-        self._async_ready = False
         if not prefix:
             raise ValueError("prefix must not be empty: it keeps rollmem's keys apart from the others")
         brace = prefix.find("{")
@@ -450,26 +826,12 @@ class RedisStore(Closing):
             )
         v.check_bool("cluster", cluster)
         self._prefix = prefix
-        self._lock = threading.Lock()
-        self._url: Optional[str] = None
-        self._cluster = cluster
-        self._sync: Optional[tuple[SyncClient, tuple[Script, Script]]] = None
-        self._async: Optional[tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]] = None
-        self._async_loop: Optional[asyncio.AbstractEventLoop] = None
-        if isinstance(url_or_client, str):
-            driver.connection.parse_url(url_or_client)  # a bad URL fails here, not on first use
-            self._url = url_or_client
-        elif isinstance(url_or_client, (driver.asyncio.Redis, driver.asyncio.cluster.RedisCluster)):
-            self._cluster = isinstance(url_or_client, driver.asyncio.cluster.RedisCluster)
-            self._async = (url_or_client, _register(url_or_client))
-        elif isinstance(url_or_client, (driver.Redis, driver.cluster.RedisCluster)):
-            self._cluster = isinstance(url_or_client, driver.cluster.RedisCluster)
-            self._sync = (url_or_client, _register(url_or_client))
-        else:
-            raise TypeError(
-                "url_or_client must be a Redis URL, a redis.Redis, a redis.asyncio.Redis or a "
-                f"RedisCluster of either, got {type(url_or_client).__name__}"
-            )
+        self._clients = _Clients(
+            url_or_client,
+            cluster,
+            v.check_positive_int("max_connections", max_connections),
+            float(v.check_positive_number("pool_timeout", pool_timeout)),
+        )
 
     def __repr__(self) -> str:
         return f"<RedisStore prefix={self._prefix!r}>"
@@ -478,166 +840,6 @@ class RedisStore(Closing):
     def prefix(self) -> str:
         """The text in front of every session's keys."""
         return self._prefix
-
-    # -- clients ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _client_options(driver: ModuleType, retry_class: Any) -> dict[str, Any]:
-        # Two quick retries of a dropped connection; a resent write is safe (see _WRITE_SCRIPT).
-        retry = retry_class(driver.backoff.ExponentialBackoff(cap=0.5, base=0.05), 2)
-        return {"socket_connect_timeout": _CONNECT_TIMEOUT, "socket_timeout": _SOCKET_TIMEOUT, "retry": retry}
-
-    def _sync_client(self) -> tuple[SyncClient, tuple[Script, Script]]:
-        if self._sync is not None:
-            return self._sync
-        if self._url is None:
-            raise TypeError(
-                "this RedisStore was given a redis.asyncio client: use the a-methods (aload, awrite, ...)"
-            )
-        driver = _import_redis()
-        with self._lock:
-            if self._sync is None:
-                options = self._client_options(driver, driver.retry.Retry)
-                client: SyncClient
-                if self._cluster:
-                    client = driver.cluster.RedisCluster.from_url(
-                        self._url, max_connections=self._max_connections, **options
-                    )
-                    self._gate = threading.BoundedSemaphore(self._max_connections)
-                else:
-                    pool = driver.BlockingConnectionPool.from_url(
-                        self._url,
-                        timeout=self._pool_timeout,
-                        max_connections=self._max_connections,
-                        **options,
-                    )
-                    plain = driver.Redis(connection_pool=pool)
-                    plain.auto_close_connection_pool = True  # close() closes the pool, as from_url's
-                    client = plain
-                self._sync = (client, _register(client))
-            return self._sync
-
-    async def _async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
-        made = self._made_async_client()
-        if self._cluster and not self._async_ready:
-            # Initialized once, before any concurrent use: redis-py's async cluster client, first
-            # used by many tasks at once, closes connections that other tasks are using.
-            with self._lock:
-                if self._async_init is None:
-                    self._async_init = asyncio.Lock()
-                init = self._async_init
-            async with init:
-                if not self._async_ready:
-                    with self._errors("connection"):
-                        await made[0].initialize()
-                    self._async_ready = True
-        return made
-
-    def _made_async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
-        loop = asyncio.get_running_loop()
-        if self._url is None:
-            if self._async is None:
-                raise TypeError("this RedisStore was given a blocking redis client: use load, write, ...")
-            return self._async
-        driver = _import_redis()
-        with self._lock:
-            if self._async is None:
-                options = self._client_options(driver, driver.asyncio.retry.Retry)
-                client: AsyncClient
-                if self._cluster:
-                    # redis-py's async cluster raises on a full node pool and then drops sockets
-                    # that other tasks are using: keep the operations in flight below the limit.
-                    client = driver.asyncio.cluster.RedisCluster.from_url(
-                        self._url, max_connections=self._max_connections, **options
-                    )
-                    self._agate = asyncio.Semaphore(self._max_connections)
-                else:
-                    pool = driver.asyncio.BlockingConnectionPool.from_url(
-                        self._url,
-                        max_connections=self._max_connections,
-                        timeout=self._pool_timeout,
-                        **options,
-                    )
-                    client = driver.asyncio.Redis.from_pool(pool)
-                self._async = (client, _register(client))
-                self._async_loop = loop
-            elif self._async_loop is not loop:
-                raise RuntimeError(
-                    "this RedisStore's asyncio client belongs to another event loop: "
-                    "await store.aclose() on that loop before using the store on a new one"
-                )
-            return self._async
-
-    @contextmanager
-    def _errors(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
-        driver = _import_redis()
-        try:
-            yield
-        except (
-            driver.exceptions.RedisError,
-            driver.exceptions.RedisClusterException,  # not a RedisError: "no node reachable"
-            OSError,
-            asyncio.TimeoutError,
-        ) as exc:
-            raise self._unavailable(action, session_id, str(exc)) from exc
-        except (AttributeError, TypeError) as exc:
-            if not _raised_in(exc, driver):
-                raise
-            raise self._unavailable(action, session_id, f"a fault inside redis-py: {exc!r}") from exc
-
-    def _unavailable(self, action: str, session_id: Optional[str], problem: str) -> StoreUnavailableError:
-        target = "" if session_id is None else f" of session {shown(session_id)}"
-        if problem == "No connection available.":
-            problem = (
-                f"no free connection: all {self._max_connections} of the store's connections stayed "
-                f"busy for {self._pool_timeout:g} s"
-            )
-        return StoreUnavailableError(f"Redis {action}{target} failed: {problem}")
-
-    @contextmanager
-    def _guard(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
-        """Around each driver call: an operation slot, and driver errors as ``StoreUnavailableError``."""
-        with self._slot(action, session_id), self._errors(action, session_id):
-            yield
-
-    @asynccontextmanager
-    async def _aguard(self, action: str, session_id: Optional[str] = None) -> AsyncIterator[None]:
-        """Async twin of :meth:`_guard`."""
-        async with self._aslot(action, session_id):
-            with self._errors(action, session_id):
-                yield
-
-    @contextmanager
-    def _slot(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
-        """Hold one of a cluster client's ``max_connections`` operation slots (else nothing)."""
-        gate = self._gate
-        if gate is None:
-            yield
-            return
-        if not gate.acquire(timeout=self._pool_timeout):
-            raise self._unavailable(action, session_id, "No connection available.")
-        try:
-            yield
-        finally:
-            gate.release()
-
-    @asynccontextmanager
-    async def _aslot(self, action: str, session_id: Optional[str] = None) -> AsyncIterator[None]:
-        """Async twin of :meth:`_slot`."""
-        gate = self._agate
-        if gate is None:
-            yield
-            return
-        try:
-            await asyncio.wait_for(gate.acquire(), self._pool_timeout)
-        except asyncio.TimeoutError:
-            raise self._unavailable(action, session_id, "No connection available.") from None
-        try:
-            yield
-        finally:
-            gate.release()
-
-    # -- shared steps ----------------------------------------------------------------------------
 
     def _tagged(self, session_id: str, part: str) -> str:
         return f"{self._prefix}{{{_encode_id(session_id)}}}:{part}"
@@ -651,250 +853,56 @@ class RedisStore(Closing):
         check_session_id(session_id)
         return [self._tagged(session_id, "head"), self._tagged(session_id, "log")]
 
-    @staticmethod
-    def _load_args(since: Optional[Head]) -> list[str]:
-        if since is None:
-            return _script_args(_LOAD_FIELDS, {})
-        values = {
-            "since_incarnation": since.incarnation,
-            "since_revision": str(since.revision),
-            "since_tail": str(since.tail),
-        }
-        return _script_args(_LOAD_FIELDS, values)
-
-    @staticmethod
-    def _write_args(change: LogWrite, token: str) -> list[str]:
-        values = {
-            "token": token,
-            "ttl_ms": _ttl_ms(change.ttl),
-            "create": _flag(change.create),
-            "incarnation": uuid.uuid4().hex if change.create else change.incarnation,
-            "expected_revision": _optional(change.expected_revision),
-            "expected_tail": _optional(change.expected_tail),
-            "has_summary": _flag(change.summary is not None),
-            "summary": change.summary or "",
-            "cut": str(change.cut),
-            "keep_seqs": ",".join(str(seq) for seq in change.keep),
-            "replace": _flag(change.replace),
-            "has_counter": _flag(change.counter is not None),
-            "counter": change.counter or "",
-            "append_only": _flag(change.is_append),
-        }
-        entries = [part for entry in change.entries for part in (str(entry.cost), entry.message)]
-        return _script_args(_WRITE_FIELDS, values, entries)
-
-    @staticmethod
-    def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
-        try:
-            return _text(value)
-        except UnicodeDecodeError as exc:
-            problem = f"stored {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
-            raise InvalidStateError("", f"session {shown(session_id)}: {problem}") from None
-
-    def _head(self, session_id: str, fields: list[Any]) -> Head:
-        incarnation, revision, summary, tail, has_counter, counter = fields
-        try:
-            return Head(
-                self._string(session_id, incarnation, "incarnation"),
-                int(revision),
-                self._string(session_id, summary, "summary"),
-                int(tail),
-                self._string(session_id, counter, "counter") if int(has_counter) else None,
-            )
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, InvalidStateError):
-                raise
-            raise self._malformed(session_id, f"head fields {fields!r:.80}") from None
-
-    @staticmethod
-    def _malformed(session_id: str, what: str) -> StoreUnavailableError:
-        return StoreUnavailableError(f"Redis holds a malformed entry for session {shown(session_id)}: {what}")
-
-    def _entries(self, session_id: str, raws: list[Any]) -> tuple[LogEntry, ...]:
-        """The log items as entries. A load reads every one, so the common case is one decode
-        for all and a split each, columns converted at C speed; anything odd is read item by
-        item, to name it."""
-        texts: list[str] = []
-        if raws and all(type(raw) is bytes for raw in raws):
-            with suppress(UnicodeDecodeError):
-                texts = b"\n".join(raws).decode("utf-8").split("\n")
-        if len(texts) == len(raws):  # no item held a newline (a message's JSON never does)
-            parts = [text.split("\t", 2) for text in texts]
-            with suppress(IndexError):  # an item of fewer than three parts
-                seqs = [part[0] for part in parts]
-                costs = [part[1] for part in parts]
-                messages = [part[2] for part in parts]
-                # the rule of _numbers, a column at a time (a cost of -1 is rare)
-                if all(map(str.isdecimal, seqs)) and (
-                    all(map(str.isdecimal, costs)) or all(map(_numbers, zip(seqs, costs)))
-                ):
-                    numbers = zip(messages, map(int, costs), map(int, seqs))
-                    return tuple(map(tuple.__new__, repeat(LogEntry), numbers))
-        return tuple(self._entry(session_id, raw) for raw in raws)
-
-    def _entry(self, session_id: str, raw: Union[bytes, str]) -> LogEntry:
-        text = self._string(session_id, raw, "message")
-        parts = text.split("\t", 2)
-        if len(parts) != 3 or not _numbers(parts):
-            raise self._malformed(session_id, f"log entry {text!r:.60}")
-        return LogEntry(parts[2], int(parts[1]), int(parts[0]))
-
-    def _loaded(self, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
-        kind = _text(reply[0])
-        if kind == "n":
-            return None
-        if kind == "v":
-            self._check_layout(reply[1])
-        head = self._head(session_id, reply[1:7])
-        return StoredLog(head, self._entries(session_id, reply[8:]), bool(int(reply[7])))
-
-    def _snapshot(self, session_id: str, results: list[Any]) -> Optional[StoredLog]:
-        """A whole session from the replies of the commands :meth:`_read_all` queues: the
-        head's fields, then the log items."""
-        fields, items = results
-        incarnation, revision, summary, tail, counter, layout = fields
-        self._check_layout(layout)
-        if incarnation is None:
-            return None
-        head = self._head(
-            session_id, [incarnation, revision, summary or b"", tail, counter is not None, counter or b""]
-        )
-        return StoredLog(head, self._entries(session_id, items))
-
-    @staticmethod
-    def _read_all(pipeline: Any, keys: list[str]) -> None:
-        """Queue what a whole load reads, for one MULTI/EXEC: it sends the log items as they are,
-        where a script would copy each into Lua and back (twice the server's work per message)."""
-        pipeline.hmget(keys[0], "incarnation", "revision", "summary", "tail", "counter", "layout")
-        pipeline.lrange(keys[1], 0, -1)
-
-    def _check_layout(self, layout: Optional[Union[bytes, str]]) -> None:
-        """Refuse a head of another layout version (``None``: the field is absent)."""
-        if layout is not None:
-            text = _text(layout)
-            check_layout(repr(self), int(text) if text.isdecimal() else text)
-
-    def _written(self, session_id: str, change: LogWrite, reply: list[Any]) -> Head:
-        """The new head of a write that went through; raises the ``ConflictError`` of a lost write."""
-        kind = _text(reply[0])
-        if kind == "ok":
-            return self._head(session_id, reply[1:7])
-        if kind == "v":
-            self._check_layout(reply[1])
-        live = None if len(reply) == 1 else self._head(session_id, reply[1:7])
-        error = write_conflict(session_id, live, change)
-        if error is None:  # e.g. a create lost against a session whose head is identical
-            error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
-        raise error
-
-    def _ids_pattern(self, prefix: str) -> str:
-        check_prefix(prefix)
-        return _glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*"
-
-    def _ids(self, keys: set[str], prefix: str) -> list[str]:
-        heads = [_HEAD.match(key, len(self._prefix)) for key in keys]
-        found = [_decode_id(head.group(1)) for head in heads if head]
-        return sorted(session_id for session_id in found if session_id.startswith(prefix))
-
-    @staticmethod
-    def _begin(client: Any, command: Union[_ReadAll, _Delete]) -> Any:
-        """Send a command that is one driver call: its reply (a blocking client) or an awaitable of it."""
-        if isinstance(command, _ReadAll):
-            pipeline = client.pipeline(transaction=True)
-            RedisStore._read_all(pipeline, command.keys)
-            return pipeline.execute()
-        return client.delete(*command.keys)
-
-    # -- flows: each operation once, yielding its Redis calls ---------------------------------
+    # -- each operation once, yielding its Redis calls -------------------------------------------
 
     def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
         check_load(session_id, since)
         keys = self._keys(session_id)
-        if since is None and not self._cluster:
-            return self._snapshot(session_id, (yield _ReadAll(keys)))
-        return self._loaded(session_id, (yield _Script(0, keys, self._load_args(since))))
+        if since is None and not self._clients.cluster:
+            return _snapshot(self, session_id, (yield _ReadAll(keys)))
+        return _loaded(self, session_id, (yield _Script(0, keys, _load_args(since))))
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
         check_write(session_id, change)
-        reply = yield _Script(1, self._keys(session_id), self._write_args(change, uuid.uuid4().hex))
-        return self._written(session_id, change, reply)
+        reply = yield _Script(1, self._keys(session_id), _write_args(change, uuid.uuid4().hex))
+        return _written(self, session_id, change, reply)
 
     def _delete_flow(self, session_id: str) -> Flow[bool]:
         return bool((yield _Delete(self._keys(session_id))))
 
     def _ids_flow(self, prefix: str) -> Flow[list[str]]:
-        pattern = self._ids_pattern(prefix)
-        return self._ids((yield _Scan(pattern)), prefix)
+        check_prefix(prefix)
+        keys = yield _Scan(_glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*")
+        ids = [_decode_id(m.group(1)) for m in map(_HEAD.match, keys, repeat(len(self._prefix))) if m]
+        return sorted(session_id for session_id in ids if session_id.startswith(prefix))
 
-    # -- drivers ---------------------------------------------------------------------------------
+    def _run(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
+        return run(flow, functools.partial(self._clients.perform, action, session_id))
 
-    def _drive(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
-        """Run ``flow`` on the blocking client (made at its first command), each call in :meth:`_guard`."""
-        reply: Any = None
-        while True:
-            try:
-                command = flow.send(reply)
-            except StopIteration as stop:
-                return cast(T, stop.value)
-            client, scripts = self._sync_client()
-            with self._guard(action, session_id):
-                if isinstance(command, _Script):
-                    try:
-                        reply = scripts[command.which](keys=command.keys, args=command.args)
-                    except _import_redis().exceptions.NoScriptError:
-                        # The script's node lost its cache (restart, failover) and the driver's
-                        # reload went to the primaries it knew: send the script itself.
-                        reply = client.eval(
-                            _SCRIPTS[command.which], len(command.keys), *command.keys, *command.args
-                        )
-                elif isinstance(command, _Scan):
-                    reply = {_text(key) for key in client.scan_iter(match=command.pattern, count=1000)}
-                else:
-                    reply = self._begin(client, command)
+    async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
+        return await arun(flow, functools.partial(self._clients.aperform, action, session_id))
 
-    async def _adrive(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
-        """Async twin of :meth:`_drive`, on the asyncio client, each call in :meth:`_aguard`."""
-        reply: Any = None
-        while True:
-            try:
-                command = flow.send(reply)
-            except StopIteration as stop:
-                return cast(T, stop.value)
-            client, scripts = await self._async_client()
-            async with self._aguard(action, session_id):
-                if isinstance(command, _Script):
-                    try:
-                        reply = await scripts[command.which](keys=command.keys, args=command.args)
-                    except _import_redis().exceptions.NoScriptError:  # see _drive
-                        reply = await client.eval(
-                            _SCRIPTS[command.which], len(command.keys), *command.keys, *command.args
-                        )
-                elif isinstance(command, _Scan):
-                    reply = {_text(key) async for key in client.scan_iter(match=command.pattern, count=1000)}
-                else:
-                    reply = await self._begin(client, command)
-
-    # -- blocking methods ------------------------------------------------------------------------
+    # -- the LogStore protocol ---------------------------------------------------------------------
 
     def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """The live session, or ``None`` when it is absent or expired: one round trip (a script,
         or off a cluster a MULTI/EXEC for a whole load). With ``since`` (same incarnation and
         revision as the live head) only the entries appended after it."""
-        return self._drive("load", session_id, self._load_flow(session_id, since))
+        return self._run("load", session_id, self._load_flow(session_id, since))
 
     def write(self, session_id: str, change: LogWrite) -> Head:
         """Apply ``change`` in one atomic script and return the new head; else raise
         ``ConflictError`` and write nothing."""
-        return self._drive("write", session_id, self._write_flow(session_id, change))
+        return self._run("write", session_id, self._write_flow(session_id, change))
 
     def delete(self, session_id: str) -> bool:
         """Remove the session (every key of it); ``True`` if a live one was there."""
-        return self._drive("delete", session_id, self._delete_flow(session_id))
+        return self._run("delete", session_id, self._delete_flow(session_id))
 
     def ids(self, prefix: str = "") -> list[str]:
         """The ids of the live sessions that start with ``prefix``, sorted (in a cluster: of
         every primary)."""
-        return self._drive("listing", None, self._ids_flow(prefix))
+        return self._run("listing", None, self._ids_flow(prefix))
 
     def purge_expired(self) -> int:
         """Return 0: Redis removes expired sessions by itself."""
@@ -902,33 +910,25 @@ class RedisStore(Closing):
 
     def close(self) -> None:
         """Close the blocking client this store made from its URL (not a client it was given)."""
-        if self._url is None:
-            return
-        with self._lock:
-            made, self._sync = self._sync, None
-        if made is not None:
-            client = made[0]
-            if isinstance(client, _import_redis().cluster.RedisCluster):
-                client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
-            client.close()
+        self._clients.close()
 
-    # -- async methods ---------------------------------------------------------------------------
+    # -- the AsyncLogStore protocol --------------------------------------------------------------
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        return await self._adrive("load", session_id, self._load_flow(session_id, since))
+        return await self._arun("load", session_id, self._load_flow(session_id, since))
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head:
         """Async twin of :meth:`write`."""
-        return await self._adrive("write", session_id, self._write_flow(session_id, change))
+        return await self._arun("write", session_id, self._write_flow(session_id, change))
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
-        return await self._adrive("delete", session_id, self._delete_flow(session_id))
+        return await self._arun("delete", session_id, self._delete_flow(session_id))
 
     async def aids(self, prefix: str = "") -> list[str]:
         """Async twin of :meth:`ids`."""
-        return await self._adrive("listing", None, self._ids_flow(prefix))
+        return await self._arun("listing", None, self._ids_flow(prefix))
 
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`purge_expired`."""
@@ -936,11 +936,4 @@ class RedisStore(Closing):
 
     async def aclose(self) -> None:
         """Close the clients this store made from its URL (not a client it was given)."""
-        if self._url is None:
-            return
-        with self._lock:
-            made, self._async, self._async_loop = self._async, None, None
-            self._agate, self._async_init, self._async_ready = None, None, False
-        if made is not None:
-            await made[0].aclose()
-        self.close()
+        await self._clients.aclose()
