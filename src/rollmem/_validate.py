@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -238,3 +239,18 @@ def thaw(value: Any) -> Any:
 def plural(count: int, noun: str) -> str:
     """``1 message``, ``2 messages``: a count with its noun, plural where it is not one."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# A URL's password runs from ``scheme://user:`` to the last ``@`` before whitespace (a raw ``@``
+# or ``/`` in it is covered: a rare text may lose more than the password, never show it); a
+# ``password=`` keyword (conninfo, ``sslpassword``, a URL query) to its closing quote or whitespace.
+_URL_PASSWORD = re.compile(r"(?<![\w+.-])([A-Za-z][\w+.-]*://[^\s:/?#@]*:)\S+(?=@)")
+_KEYWORD_PASSWORD = re.compile(r"(?i)(\b\w*password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|\S+)")
+
+
+def redact_url(text: str) -> str:
+    """``text`` with the password of every URL in it, and every conninfo ``password=`` value,
+    replaced by ``****``: ``postgresql://user:****@host/db``, ``redis://:****@host:6379/0``,
+    ``host=h password=**** dbname=db``. Malformed URLs and percent-encoded passwords too. The rule
+    every message, log line and exception of rollmem goes through before it may show a URL."""
+    return _KEYWORD_PASSWORD.sub(r"\1****", _URL_PASSWORD.sub(r"\1****", text))
