@@ -1,38 +1,23 @@
 """Persistent sessions: one memory per conversation, kept in a store, safe for many writers.
 
-:class:`Sessions` (sync code) and :class:`AsyncSessions` (async code) open a session as a
-context manager: the memory is loaded (or created empty) through the user's factory, which
-supplies all configuration; the store keeps a head (summary, incarnation, revision, counter
-identity) and a log of messages with their token costs (see :mod:`rollmem.stores`).
+:class:`Sessions` (sync) and :class:`AsyncSessions` (async) open a session as a context manager:
+the memory is loaded (or created empty) through the user's factory, which supplies all
+configuration; the store keeps a head and a log of messages with their costs (:mod:`rollmem.stores`).
+The block's changes, taken from the memory's change record (:mod:`rollmem.changes`), are written
+by the pure planner :mod:`rollmem._write_plan` as an *append* (no compare-and-set: appenders never
+conflict), a *fold* (compare-and-set on the head's revision) or a *rewrite* (rare changes).
 
-The block's changes are taken from the memory's public change record
-(:meth:`~rollmem.memory.RollingMemory.record`, :mod:`rollmem.changes`) and written as one of:
+A lost fold of a turn that only added messages is written again on the latest head when its cut
+is still valid there, else the turn's messages land as a plain append: such a turn is never
+refused because others folded first. Another lost write reloads the latest state into the same
+memory and redoes the block's changes (``memory.replay``, after a jittered backoff); an
+assignment, a ``restore()`` or an in-place edit of ``buffer`` cannot be redone: ``ConflictError``,
+nothing written (:meth:`Sessions.update` re-runs a function instead). ``on_evict`` is held back
+and called once per eviction after the write that commits it, never for an uncommitted one.
 
-- an *append* when the block only added messages: those messages, no compare-and-set, so
-  concurrent appenders never conflict;
-- a *fold* when the memory evicted: the new summary and the removed entries, compare-and-set on
-  the head's revision (and on the tail, when the fold reached messages the block added);
-- a *rewrite* for rare changes (clear, pin/unpin, assignments, a changed token counter).
-
-The pure planner of these writes is :mod:`rollmem._write_plan`. When the fold of a turn that
-only added messages loses, the same fold is written on the latest head if its cut is still valid
-there, else the turn's messages land as a plain append and the fold is left to a later turn: a
-turn that adds messages is never refused because other writers folded first. When another write
-loses, the latest state is loaded into the same memory object and the block's changes are redone
-on it with ``memory.replay`` (after a jittered exponential backoff): adds are added again,
-explicit ``fold()`` calls and clears and pins are redone, automatic folds happen again by
-themselves. An assignment of
-``summary`` or ``buffer``, a ``restore()`` (or an in-place edit of ``buffer``) cannot be
-redone without losing what the other writer did: then ``ConflictError`` is raised and nothing
-is written; :meth:`Sessions.update` re-runs a function on the latest state instead. The
-memory's ``on_evict`` hook is held back during a block and called, once per eviction, only
-after the write that commits it (never for a fold that is not committed; a task cancelled while
-its write is in flight first learns whether it committed).
-
-Both twins run one *flow* per operation: a generator that yields store requests, sleeps and
-redos (``_Load``, ``_Write``, ``_Sleep``, ``_Redo``) and receives their results, run by
-:func:`rollmem._flow.run` / :func:`~rollmem._flow.arun`. :class:`Sessions` performs a request
-with plain calls, :class:`AsyncSessions` with awaits; every decision lives in the shared base.
+Each operation is one flow yielding ``_Load``, ``_Write``, ``_Sleep`` and ``_Redo`` requests, run
+by :func:`rollmem._flow.run` (plain calls) or :func:`~rollmem._flow.arun` (awaits); every
+decision lives in the shared base.
 """
 
 from __future__ import annotations
@@ -52,7 +37,6 @@ from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, c
 
 from . import _validate as v
 from ._flow import arun, run
-from ._threads import in_thread
 from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
 from .changes import (
     Appended,
@@ -64,7 +48,7 @@ from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
 from .message import STATE_VERSION, Message, _messages_from_json
 from .stores import AsyncLogStore, Head, LogEntry, LogStore, LogWrite, StoredLog
-from .stores.rules import new_head, shown
+from .stores.rules import AsyncTwins, new_head, shown
 
 __all__ = ["AsyncSessions", "Sessions"]
 
@@ -590,29 +574,17 @@ class Sessions(_SessionsBase[M]):
         return changes
 
 
-class _ThreadedLog:
+class _ThreadedLog(AsyncTwins):
     """A blocking :class:`LogStore` seen as an :class:`AsyncLogStore`: each call in a worker thread."""
 
     def __init__(self, store: LogStore) -> None:
         self._store = store
 
-    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        return await in_thread(self._store.load, session_id, since)
+    def __getattr__(self, name: str) -> Any:  # load, write, delete, ids, purge_expired
+        return getattr(self._store, name)
 
-    async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        return await in_thread(self._store.write, session_id, change)
-
-    async def adelete(self, session_id: str) -> bool:
-        return await in_thread(self._store.delete, session_id)
-
-    async def aids(self, prefix: str = "") -> list[str]:
-        return await in_thread(self._store.ids, prefix)
-
-    async def apurge_expired(self) -> int:
-        return await in_thread(self._store.purge_expired)
-
-    async def aclose(self) -> None:
-        await in_thread(self._store.close)
+    def close(self) -> None:
+        self._store.close()
 
 
 def _async_log(store: object) -> AsyncLogStore:

@@ -46,7 +46,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ._flow import arun, run  # noqa: E402
-from .errors import ConflictError  # noqa: E402
+from .errors import ConflictError, StoreUnavailableError  # noqa: E402
 from .stores import Head, LogEntry, LogWrite, StoredLog  # noqa: E402
 from .stores.rules import apply_write  # noqa: E402
 
@@ -333,6 +333,23 @@ class _LogContract:
         )
         folded = yield _call("load", "s", head)
         assert (folded.delta, texts(folded)) == (False, ["b", "c"]), "after a fold, everything"
+
+    @_scenario
+    def test_a_closed_store_refuses_every_call(self) -> Scenario:
+        """After ``close()`` (``aclose()``) every call raises ``StoreUnavailableError``, ``... is
+        closed``, and opens nothing again; closing twice is harmless."""
+        head = yield _call("write", "s", create("a"))
+        yield _call("close")
+        yield _call("close")
+        for step in (
+            _call("load", "s"),
+            _call("write", "s", append(head, "b")),
+            _call("delete", "s"),
+            _call("ids"),
+            _call("purge_expired"),
+        ):
+            with pytest.raises(StoreUnavailableError, match=r" is closed$"):
+                yield step
 
     @_scenario
     def test_odd_texts_and_ids_round_trip(self) -> Scenario:

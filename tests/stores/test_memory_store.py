@@ -31,11 +31,11 @@ def test_stores_are_independent() -> None:
     assert second.ids() == []
 
 
-def test_close_keeps_sessions_readable() -> None:
+def test_close_drops_the_sessions() -> None:
     store = MemoryStore()
     store.write("s", create("x"))
     store.close()
-    assert store.ids() == ["s"]
+    assert repr(store) == "<MemoryStore with 0 sessions>"
 
 
 def _docs_store_tests() -> type:

@@ -133,6 +133,13 @@ class TestRedisStoreServer(_Isolated, _LogServerChecks):
     control = staticmethod(redis_ctl)
     driver_error = staticmethod(lambda: redis.exceptions.ConnectionError)
 
+    def server_connections(self) -> int:
+        counter = redis.Redis.from_url(self.url)
+        try:
+            return int(counter.info("clients")["connected_clients"])
+        finally:
+            counter.close()
+
 
 class TestRedisStoreAsync(_Isolated, AsyncLogStoreContract):
     pass
@@ -489,11 +496,13 @@ def test_malformed_entries_raise_and_leave_others_readable(
 def test_given_clients_serve_one_side_and_stay_open(url: str, prefix: str, client: redis.Redis) -> None:
     store = RedisStore(client, prefix=prefix)
     head = _put(store, "s", "x")
+    with pytest.raises(TypeError, match="given a blocking redis client: use load, write"):
+        asyncio.run(store.aload("s"))
     connection_id = client.client_id()
     store.close()
     assert client.client_id() == connection_id, "close() left the caller's connection alone"
-    with pytest.raises(TypeError, match="given a blocking redis client: use load, write"):
-        asyncio.run(store.aload("s"))
+    with pytest.raises(StoreUnavailableError, match=r" is closed$"):
+        store.load("s")
 
     async def main() -> None:
         given = redis_asyncio.Redis.from_url(url)
@@ -501,16 +510,16 @@ def test_given_clients_serve_one_side_and_stay_open(url: str, prefix: str, clien
             async_store = RedisStore(given, prefix=prefix)
             assert texts(await async_store.aload("s")) == ["x"]
             await async_store.awrite("s", append(head, "y"))
+            with pytest.raises(TypeError, match=r"given a redis\.asyncio client: use the a-methods"):
+                async_store.load("s")
             before = await given.client_id()
             await async_store.aclose()
             assert await given.client_id() == before
-            with pytest.raises(TypeError, match=r"given a redis\.asyncio client: use the a-methods"):
-                async_store.load("s")
+            assert texts(await RedisStore(given, prefix=prefix).aload("s")) == ["x", "y"]
         finally:
             await given.aclose()
 
     asyncio.run(main())
-    assert texts(store.load("s")) == ["x", "y"]
 
 
 # -- Redis Cluster -------------------------------------------------------------------------------
@@ -553,10 +562,10 @@ def test_given_async_cluster_client(cluster_prefix: str) -> None:
             assert await store.aids() == sorted(f"s{index}" for index in range(10))
             assert texts(await store.aload("s3")) == ["x"]
             assert await store.adelete("s3") is True
-            await store.aclose()
-            assert await given.ping(), "aclose() left the caller's client open"
             with pytest.raises(TypeError, match=r"given a redis\.asyncio client: use the a-methods"):
                 store.load("s1")
+            await store.aclose()
+            assert await given.ping(), "aclose() left the caller's client open"
         finally:
             await given.aclose()
 
@@ -673,3 +682,18 @@ def test_the_script_arguments_are_named_once() -> None:
         assert re.findall(r"ARGV\[\d", body) == [], "only the entries are read by index"
     with pytest.raises(KeyError, match="not script fields"):
         module._script_args(module._LOAD_FIELDS, {"since": "x"})
+
+
+@pytest.mark.parametrize("where", ["nothing listens", "a plain Redis"])
+def test_an_unreachable_cluster_is_unavailable_naming_the_session(url: str, where: str) -> None:
+    """Every node down, or a URL that is no cluster: the first contact (made on first use, on
+    either side) fails as StoreUnavailableError naming the session, never a raw driver error."""
+    store = RedisStore("redis://127.0.0.1:1/0" if where == "nothing listens" else url, cluster=True)
+    try:
+        with pytest.raises(StoreUnavailableError, match=r"^Redis load of session 's' failed: ") as caught:
+            store.load("s")
+        assert isinstance(caught.value.__cause__, redis.exceptions.RedisClusterException)
+        with pytest.raises(StoreUnavailableError, match=r"^Redis write of session 's' failed: "):
+            asyncio.run(store.awrite("s", create("x")))
+    finally:
+        store.close()

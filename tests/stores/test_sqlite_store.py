@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -126,19 +127,30 @@ def test_in_memory_database_is_shared_by_threads() -> None:
     store.close()
 
 
-def test_closed_store_raises(db_path: Path) -> None:
-    store = SQLiteStore(db_path)
-    store.write("s", create("x"))
-    store.close()
-    store.close()
-    for call in (
-        lambda: store.load("s"),
-        lambda: store.write("s", create("y")),
-        store.ids,
-        store.purge_expired,
-    ):
-        with pytest.raises(StoreUnavailableError, match="is closed"):
-            call()
+def test_a_new_database_and_its_wal_files_are_the_owners_only(db_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        store = SQLiteStore(db_path)
+        head = store.write("s", create("x"))
+        other = SQLiteStore(db_path)  # a second connection keeps the -wal and -shm files there
+        other.write("s", append(head, "y"))
+        files = [db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")]
+        assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in files} == {
+            path.name: 0o600 for path in files
+        }
+        other.close()
+        store.close()
+    finally:
+        os.umask(old)
+
+
+def test_an_existing_database_keeps_its_mode(db_path: Path) -> None:
+    with _raw(db_path):
+        pass
+    db_path.chmod(0o640)
+    with SQLiteStore(db_path) as store:
+        store.write("s", create("x"))
+    assert stat.S_IMODE(db_path.stat().st_mode) == 0o640
 
 
 def test_a_directory_is_unavailable(tmp_path: Path) -> None:

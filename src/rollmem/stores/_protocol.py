@@ -130,7 +130,8 @@ class LogStore(Protocol):
         ...
 
     def close(self) -> None:
-        """Release connections the store opened itself (not ones it was given)."""
+        """Release what the store opened itself, for both sides (not what it was given); every
+        later call raises :class:`~rollmem.errors.StoreUnavailableError`. Twice is harmless."""
         ...
 
 

@@ -16,27 +16,19 @@ import re
 import threading
 import uuid
 from collections.abc import Generator, Iterator, Sequence
-from contextlib import contextmanager
-from types import ModuleType, TracebackType
+from contextlib import AsyncExitStack, ExitStack, contextmanager
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
 from .._flow import arun, run
+from .._threads import in_thread
+from .._validate import redact_url
 from ..errors import ConflictError, StoreUnavailableError
+from . import rules
+from ._loop import LoopBound
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
-from .rules import (
-    LAYOUT_VERSION,
-    Closing,
-    check_layout,
-    check_load,
-    check_prefix,
-    check_session_id,
-    check_write,
-    new_head,
-    shown,
-    write_conflict,
-)
 
 if TYPE_CHECKING:
     from psycopg.sql import Composed
@@ -198,43 +190,26 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
     )
 
 
-class _NoTransaction:
-    """Stands in for ``conn.transaction()`` around a single read (sync and async)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Union[type[BaseException], BaseException, TracebackType, None]) -> None:
-        return None
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: Union[type[BaseException], BaseException, TracebackType, None]) -> None:
-        return None
-
-
-class PostgresStore(Closing):
+class PostgresStore(rules.Closing):
     """A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`)
     in PostgreSQL, shared by every process that reaches the server.
 
     ``conninfo_or_pool`` is a libpq connection string or URI, a ``psycopg_pool.ConnectionPool``
     for the blocking methods, or an ``AsyncConnectionPool`` for the ``a``-methods. From a
     connection string the store opens the pool it needs on first use (autocommit
-    connections, checked before each use) and :meth:`close` / :meth:`aclose` close it; a pool
-    you pass stays yours to close. The async pool a store opens belongs to the event loop
-    that first used it: ``await store.aclose()`` there before using the store from another
-    loop. ``timeout`` (seconds) bounds the wait for a connection of a pool the store opens,
-    so a dead server fails fast.
+    connections, checked before each use). :meth:`close` or :meth:`aclose` closes both pools
+    it opened (a pool you pass stays yours to close) and the store: every later call raises
+    ``StoreUnavailableError``. The async pool a store opens belongs to the event loop that
+    first used it and closes when that loop ends (``asyncio.run``), so a forgotten ``aclose()``
+    never hangs the exit; while that loop lives, another one gets ``RuntimeError``.
+    ``timeout`` (seconds) bounds the wait for a connection of a pool the store opens, so a dead
+    server fails fast.
 
-    Behind PgBouncer (transaction or session pooling) it works with no extra setting: the
-    connections the store opens never prepare statements on the server
-    (``prepare_threshold=None``), since a pooler may run the next transaction on another
-    server connection, where the prepared statement is missing or means something else; each
-    call is one transaction and the store sets no session state. A pool you pass keeps your
-    settings: to use one behind PgBouncer in transaction mode, open it with
-    ``kwargs={"prepare_threshold": None}`` (and ``autocommit=True`` if you like, as the store
-    does).
+    Behind PgBouncer (transaction or session pooling) it works with no extra setting: its own
+    connections never prepare statements on the server (a pooler may run the next transaction
+    on another server connection), each call is one transaction and it sets no session state.
+    A pool you pass keeps your settings: behind transaction pooling, open it with
+    ``kwargs={"prepare_threshold": None}``.
 
     ``table`` (a name or ``schema.name``, quoted as an identifier) names the tables, created on
     first use: ``<table>_heads`` (session id, incarnation, revision, summary, tail, counter
@@ -243,10 +218,10 @@ class PostgresStore(Closing):
     :func:`~rollmem.stores.rules.check_layout`). A ``load`` is one query; a ``write`` is one
     transaction that locks the head row, checks it with the log rules (see
     :class:`~rollmem.stores.LogStore`), deletes the folded rows and inserts the new ones.
-    ``ttl`` sets ``expires_at``; expired
-    sessions are invisible and :meth:`purge_expired` deletes their rows. Driver errors
-    (unreachable server, pool timeout, SQL errors) raise
-    :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception.
+    ``ttl`` sets ``expires_at``; expired sessions are invisible and :meth:`purge_expired`
+    deletes their rows. Driver errors (unreachable server, pool timeout, SQL errors) raise
+    :class:`~rollmem.errors.StoreUnavailableError` from the driver's exception, a URL's
+    password shown as ``****``.
     """
 
     def __init__(
@@ -266,22 +241,24 @@ class PostgresStore(Closing):
         self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._ready = False
+        self._closed = False
         self._conninfo: Optional[str] = None
-        self._pool: Optional[ConnectionPool[Any]] = None
-        self._apool: Optional[AsyncConnectionPool[Any]] = None
-        self._apool_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._pool: Optional[ConnectionPool[Any]] = None  # made or given
+        self._given_apool: Optional[AsyncConnectionPool[Any]] = None
+        self._apool: Optional[LoopBound[AsyncConnectionPool[Any]]] = None  # made, on its loop
         if isinstance(conninfo_or_pool, str):
             try:
                 options = psycopg.conninfo.conninfo_to_dict(conninfo_or_pool)
             except psycopg.Error as exc:
-                raise ValueError(f"conninfo_or_pool is not a valid connection string: {exc}") from None
+                problem = redact_url(str(exc).strip())
+                raise ValueError(f"conninfo_or_pool is not a valid connection string: {problem}") from None
             self._conninfo = conninfo_or_pool
             # No server-side prepared statements: safe behind PgBouncer's transaction pooling.
             self._connect_options: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
             if "connect_timeout" not in options:
                 self._connect_options["connect_timeout"] = max(2, math.ceil(self._timeout))
         elif isinstance(conninfo_or_pool, psycopg_pool.AsyncConnectionPool):
-            self._apool = conninfo_or_pool
+            self._given_apool = conninfo_or_pool
         elif isinstance(conninfo_or_pool, psycopg_pool.ConnectionPool):
             self._pool = conninfo_or_pool
         else:
@@ -315,16 +292,17 @@ class PostgresStore(Closing):
         }
 
     def _sync_pool(self) -> ConnectionPool[Any]:
-        if self._pool is not None:
-            return self._pool
-        if self._conninfo is None:
-            raise TypeError(
-                "this PostgresStore was given an AsyncConnectionPool: use the a-methods (aload, awrite, ...)"
-            )
         from psycopg_pool import ConnectionPool
 
         with self._lock:
+            if self._closed:
+                raise rules.closed(repr(self))
             if self._pool is None:
+                if self._conninfo is None:
+                    raise TypeError(
+                        "this PostgresStore was given an AsyncConnectionPool: use the a-methods "
+                        "(aload, awrite, ...)"
+                    )
                 pool: ConnectionPool[Any] = ConnectionPool(
                     self._conninfo, check=ConnectionPool.check_connection, **self._pool_options()
                 )
@@ -333,37 +311,39 @@ class PostgresStore(Closing):
             return self._pool
 
     async def _async_pool(self) -> AsyncConnectionPool[Any]:
+        from psycopg_pool import AsyncConnectionPool
+
         loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._closed:
+                raise rules.closed(repr(self))
+            current = self._apool
         if self._conninfo is None:
-            if self._apool is None:
+            if self._given_apool is None:
                 raise TypeError(
                     "this PostgresStore was given a blocking ConnectionPool: use load, write, ..."
                 )
-            return self._apool
-        from psycopg_pool import AsyncConnectionPool
-
-        if self._apool is None:
+            return self._given_apool
+        if current is None or current.closed:  # none yet, or its loop has ended
             created: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self._conninfo, check=AsyncConnectionPool.check_connection, **self._pool_options()
             )
             await created.open(wait=False)
+            bound = await LoopBound.open(created, AsyncConnectionPool.close)
             with self._lock:  # publish only an open pool; a task that raced here closes its own
-                won = self._apool is None
+                won = not self._closed and (self._apool is None or self._apool.closed)
                 if won:
-                    self._apool, self._apool_loop = created, loop
+                    self._apool = bound
             if not won:
-                await created.close()
-        return self._bound_pool(loop)
-
-    def _bound_pool(self, loop: asyncio.AbstractEventLoop) -> AsyncConnectionPool[Any]:
-        with self._lock:
-            pool, pool_loop = self._apool, self._apool_loop
-        if pool is None or pool_loop is not loop:
+                await bound.aclose()
+                return await self._async_pool()
+            current = bound
+        if current.loop is not loop:
             raise RuntimeError(
-                "this PostgresStore's async pool belongs to another event loop (or was just closed): "
-                "await store.aclose() on that loop before using the store on a new one"
+                "this PostgresStore's async pool belongs to another event loop, which has not ended: "
+                "use the store's async methods from one event loop at a time"
             )
-        return pool
+        return current.resource
 
     @contextmanager
     def _errors(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
@@ -371,8 +351,10 @@ class PostgresStore(Closing):
         try:
             yield
         except psycopg.Error as exc:
-            target = "" if session_id is None else f" of session {shown(session_id)}"
-            raise StoreUnavailableError(f"PostgreSQL {action}{target} failed: {exc}") from exc
+            target = "" if session_id is None else f" of session {rules.shown(session_id)}"
+            raise StoreUnavailableError(
+                f"PostgreSQL {action}{target} failed: {redact_url(str(exc))}"
+            ) from exc
 
     # -- the operations, written once ------------------------------------------------------------
 
@@ -383,9 +365,9 @@ class PostgresStore(Closing):
             yield statement, ()
         _, rows = yield self._sql.version, ()
         if rows:
-            check_layout(repr(self), rows[0][0])
+            rules.check_layout(repr(self), rows[0][0])
         else:
-            yield self._sql.set_version, (LAYOUT_VERSION,)
+            yield self._sql.set_version, (rules.LAYOUT_VERSION,)
 
     def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
         incarnation, revision, tail = (
@@ -406,10 +388,10 @@ class PostgresStore(Closing):
         key = _key(session_id)
         _, rows = yield sql.lock_head, (key,)
         head = Head(*rows[0][:5]) if rows and rows[0][5] else None
-        error = write_conflict(session_id, head, change)
+        error = rules.write_conflict(session_id, head, change)
         if error is not None:
             raise error
-        updated = new_head(head, change, uuid.uuid4().hex if head is None else head.incarnation)
+        updated = rules.new_head(head, change, uuid.uuid4().hex if head is None else head.incarnation)
         fields = (
             updated.incarnation,
             updated.revision,
@@ -422,7 +404,7 @@ class PostgresStore(Closing):
             count, _ = yield sql.insert_head, (key, None if key == session_id else session_id, *fields)
             if count != 1:  # a concurrent create won
                 raise ConflictError(
-                    f"session {shown(session_id)}: created as a new session but another writer "
+                    f"session {rules.shown(session_id)}: created as a new session but another writer "
                     "created it first"
                 )
         else:  # an expired head row is taken over by a create
@@ -474,7 +456,7 @@ class PostgresStore(Closing):
                 with conn.transaction():
                     run(self._create_flow(), perform)
                 self._ready = True
-            with conn.transaction() if write else _NoTransaction():
+            with conn.transaction() if write else ExitStack():  # a read: no transaction
                 return run(flow, perform)
 
     async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T], *, write: bool = False) -> T:
@@ -493,7 +475,7 @@ class PostgresStore(Closing):
                     async with conn.transaction():
                         await arun(self._create_flow(), perform)
                     self._ready = True
-                async with conn.transaction() if write else _NoTransaction():
+                async with conn.transaction() if write else AsyncExitStack():
                     return await arun(flow, perform)
 
     # -- blocking methods ------------------------------------------------------------------------
@@ -501,58 +483,67 @@ class PostgresStore(Closing):
     def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """The live session, or ``None`` when it is absent or expired; with ``since``, only the
         entries appended after it when its incarnation and revision still hold. One query."""
-        check_load(session_id, since)
+        rules.check_load(session_id, since)
         return self._run("load", session_id, self._load_flow(session_id, since))
 
     def write(self, session_id: str, change: LogWrite) -> Head:
         """Apply ``change`` in one transaction and return the new head; else raise
         ``ConflictError`` and write nothing."""
-        check_write(session_id, change)
+        rules.check_write(session_id, change)
         return self._run("write", session_id, self._write_flow(session_id, change), write=True)
 
     def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if a live one was there."""
-        check_session_id(session_id)
+        rules.check_session_id(session_id)
         return self._run("delete", session_id, self._delete_flow(session_id), write=True)
 
     def ids(self, prefix: str = "") -> list[str]:
         """The ids of the live sessions that start with ``prefix``, sorted."""
-        check_prefix(prefix)
+        rules.check_prefix(prefix)
         return self._run("listing", None, self._ids_flow(prefix))
 
     def purge_expired(self) -> int:
         """Delete the expired sessions and return how many went."""
         return self._run("purge", None, self._purge_flow(), write=True)
 
-    def close(self) -> None:
-        """Close the blocking pool this store opened (not a pool it was given)."""
-        if self._conninfo is None:
-            return
+    def _take(self) -> tuple[Optional[ConnectionPool[Any]], Optional[LoopBound[AsyncConnectionPool[Any]]]]:
+        """Mark the store closed and take the pools it opened (not a pool it was given)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            self._closed = True
+            pool, bound = self._pool, self._apool
+            self._pool = self._apool = self._given_apool = None
+        return (None if self._conninfo is None else pool), bound
+
+    def close(self) -> None:
+        """Close the pools this store opened, the async one too (on its loop, see the class
+        docstring), not a pool it was given; every later call raises ``StoreUnavailableError``
+        (``... is closed``)."""
+        pool, bound = self._take()
         if pool is not None:
             pool.close()
+        if bound is not None:
+            bound.close()
 
     # -- async methods ---------------------------------------------------------------------------
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        check_load(session_id, since)
+        rules.check_load(session_id, since)
         return await self._arun("load", session_id, self._load_flow(session_id, since))
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head:
         """Async twin of :meth:`write`."""
-        check_write(session_id, change)
+        rules.check_write(session_id, change)
         return await self._arun("write", session_id, self._write_flow(session_id, change), write=True)
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
-        check_session_id(session_id)
+        rules.check_session_id(session_id)
         return await self._arun("delete", session_id, self._delete_flow(session_id), write=True)
 
     async def aids(self, prefix: str = "") -> list[str]:
         """Async twin of :meth:`ids`."""
-        check_prefix(prefix)
+        rules.check_prefix(prefix)
         return await self._arun("listing", None, self._ids_flow(prefix))
 
     async def apurge_expired(self) -> int:
@@ -560,13 +551,9 @@ class PostgresStore(Closing):
         return await self._arun("purge", None, self._purge_flow(), write=True)
 
     async def aclose(self) -> None:
-        """Close the pools this store opened (not a pool it was given); a blocking pool is closed
-        in a worker thread."""
-        if self._conninfo is None:
-            return
-        with self._lock:
-            pool, self._apool, self._apool_loop = self._apool, None, None
+        """Async twin of :meth:`close` (a blocking pool is closed in a worker thread)."""
+        pool, bound = self._take()
+        if bound is not None:
+            await bound.aclose()
         if pool is not None:
-            await pool.close()
-        if self._pool is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.close)
+            await in_thread(pool.close)

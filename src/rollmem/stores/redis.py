@@ -27,19 +27,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 from .. import _validate as v
 from .._extras import import_extra
 from .._flow import arun, run
+from .._validate import redact_url
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
+from . import rules
+from ._loop import LoopBound
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
-from .rules import (
-    LAYOUT_VERSION,
-    Closing,
-    check_layout,
-    check_load,
-    check_prefix,
-    check_session_id,
-    check_write,
-    shown,
-    write_conflict,
-)
 
 if TYPE_CHECKING:
     import redis
@@ -83,7 +75,7 @@ def _named(source: str, fields: tuple[str, ...]) -> str:
     """``source`` after a header binding each of ``fields`` to its ARGV as a Lua local, with
     ``FIRST_ENTRY`` replaced by the index of the first argument after them."""
     header = "".join(f"local {name} = ARGV[{index}]\n" for index, name in enumerate(fields, 1))
-    header += f"local LAYOUT = '{LAYOUT_VERSION}'\n"
+    header += f"local LAYOUT = '{rules.LAYOUT_VERSION}'\n"
     return header + source.replace("FIRST_ENTRY", str(len(fields) + 1))
 
 
@@ -339,11 +331,13 @@ def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
         return _text(value)
     except UnicodeDecodeError as exc:
         problem = f"stored {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
-        raise InvalidStateError("", f"session {shown(session_id)}: {problem}") from None
+        raise InvalidStateError("", f"session {rules.shown(session_id)}: {problem}") from None
 
 
 def _malformed(session_id: str, what: str) -> StoreUnavailableError:
-    return StoreUnavailableError(f"Redis holds a malformed entry for session {shown(session_id)}: {what}")
+    return StoreUnavailableError(
+        f"Redis holds a malformed entry for session {rules.shown(session_id)}: {what}"
+    )
 
 
 def _head(session_id: str, fields: list[Any]) -> Head:
@@ -397,7 +391,7 @@ def _check_layout(store: object, layout: Optional[Union[bytes, str]]) -> None:
     """Refuse a head of another layout version (``None``: the field is absent)."""
     if layout is not None:
         text = _text(layout)
-        check_layout(store, int(text) if text.isdecimal() else text)
+        rules.check_layout(store, int(text) if text.isdecimal() else text)
 
 
 def _loaded(store: object, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
@@ -432,9 +426,9 @@ def _written(store: object, session_id: str, change: LogWrite, reply: list[Any])
     if kind == "v":
         _check_layout(store, reply[1])
     live = None if len(reply) == 1 else _head(session_id, reply[1:7])
-    error = write_conflict(session_id, live, change)
+    error = rules.write_conflict(session_id, live, change)
     if error is None:  # e.g. a create lost against a session whose head is identical
-        error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
+        error = ConflictError(f"session {rules.shown(session_id)}: another writer wrote first")
     raise error
 
 
@@ -529,37 +523,58 @@ def _raised_in(error: BaseException, package: ModuleType) -> bool:
     return tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(package.__file__) + os.sep)
 
 
+class _AsyncSide:
+    """An asyncio client with its scripts, and for a cluster client the operations in flight
+    (redis-py's async cluster raises on a full node pool and then drops sockets other tasks use)
+    and its one first ``initialize`` (first used by many tasks at once, it closes connections
+    that other tasks are using)."""
+
+    def __init__(self, client: AsyncClient, gate: Optional[int], cluster: bool) -> None:
+        self.client = client
+        self.scripts: tuple[AsyncScript, AsyncScript] = _register(client)
+        self.gate = None if gate is None else asyncio.Semaphore(gate)
+        self.init = asyncio.Lock()
+        self.ready = not cluster
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 class _Clients:
     """The clients one :class:`RedisStore` talks through: made from its URL on first use (or
     given), the guards around every call (an operation slot in a cluster, driver errors as
-    ``StoreUnavailableError``), how a command is performed on each side, and closing."""
+    ``StoreUnavailableError``), how a command is performed on each side, and closing. The
+    asyncio client it makes is bound to the loop that made it (:class:`._loop.LoopBound`)."""
 
     def __init__(
         self,
+        name: str,
         url_or_client: Union[str, SyncClient, AsyncClient],
         cluster: bool,
         max_connections: int,
         pool_timeout: float,
     ) -> None:
         driver = _import_redis()
+        self._name = name
         self._max_connections = max_connections
         self._pool_timeout = pool_timeout
         self._gate: Optional[threading.BoundedSemaphore] = None  # a cluster client's operations in flight
-        self._agate: Optional[asyncio.Semaphore] = None
-        self._async_init: Optional[asyncio.Lock] = None  # the async cluster client's first initialize
-        self._async_ready = False
         self._lock = threading.Lock()
         self.url: Optional[str] = None
         self.cluster = cluster
+        self.closed = False
         self._sync: Optional[tuple[SyncClient, tuple[Script, Script]]] = None
-        self._async: Optional[tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]] = None
-        self._async_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._given_async: Optional[AsyncClient] = None
+        self._async: Optional[Union[_AsyncSide, LoopBound[_AsyncSide]]] = None
         if isinstance(url_or_client, str):
-            driver.connection.parse_url(url_or_client)  # a bad URL fails here, not on first use
+            try:
+                driver.connection.parse_url(url_or_client)  # a bad URL fails here, not on first use
+            except ValueError as exc:
+                raise ValueError(f"url_or_client is not a valid Redis URL: {redact_url(str(exc))}") from None
             self.url = url_or_client
         elif isinstance(url_or_client, (driver.asyncio.Redis, driver.asyncio.cluster.RedisCluster)):
             self.cluster = isinstance(url_or_client, driver.asyncio.cluster.RedisCluster)
-            self._async = (url_or_client, _register(url_or_client))
+            self._given_async = url_or_client
         elif isinstance(url_or_client, (driver.Redis, driver.cluster.RedisCluster)):
             self.cluster = isinstance(url_or_client, driver.cluster.RedisCluster)
             self._sync = (url_or_client, _register(url_or_client))
@@ -588,60 +603,63 @@ class _Clients:
             package.BlockingConnectionPool.from_url(self.url, timeout=self._pool_timeout, **options)
         )
 
+    def check_open(self) -> None:
+        """Raise the closed-store error once :meth:`close` or :meth:`aclose` was called."""
+        if self.closed:
+            raise rules.closed(self._name)
+
     def sync(self) -> tuple[SyncClient, tuple[Script, Script]]:
         """The blocking client and its scripts (made on first use)."""
-        if self._sync is not None:
-            return self._sync
-        if self.url is None:
-            raise TypeError(
-                "this RedisStore was given a redis.asyncio client: use the a-methods (aload, awrite, ...)"
-            )
         with self._lock:
+            self.check_open()
             if self._sync is None:
+                if self.url is None:
+                    raise TypeError(
+                        "this RedisStore was given a redis.asyncio client: use the a-methods "
+                        "(aload, awrite, ...)"
+                    )
                 client = self._make(_import_redis())
                 if self.cluster:
                     self._gate = threading.BoundedSemaphore(self._max_connections)
                 self._sync = (client, _register(client))
             return self._sync
 
-    async def asynchronous(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
-        """The asyncio client and its scripts (made on first use, on the running loop)."""
-        made = self._made_async()
-        if self.cluster and not self._async_ready:
-            # Initialized once, before any concurrent use: redis-py's async cluster client, first
-            # used by many tasks at once, closes connections that other tasks are using.
-            with self._lock:
-                if self._async_init is None:
-                    self._async_init = asyncio.Lock()
-                init = self._async_init
-            async with init:
-                if not self._async_ready:
-                    with self.errors("connection"):
-                        await made[0].initialize()
-                    self._async_ready = True
-        return made
+    async def asynchronous(self) -> _AsyncSide:
+        """The asyncio client, its scripts and guards (made on first use, on the running loop)."""
+        side, made = self._async_side()
+        if made:
+            await asyncio.sleep(0)  # its LoopBound's watcher starts
+        if not side.ready:
+            async with side.init:
+                if not side.ready:
+                    await side.client.initialize()
+                    side.ready = True
+        return side
 
-    def _made_async(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
+    def _async_side(self) -> tuple[_AsyncSide, bool]:
         loop = asyncio.get_running_loop()
-        if self.url is None:
-            if self._async is None:
-                raise TypeError("this RedisStore was given a blocking redis client: use load, write, ...")
-            return self._async
         with self._lock:
-            if self._async is None:
-                client = self._make(_import_redis().asyncio)
-                if self.cluster:
-                    # redis-py's async cluster raises on a full node pool and then drops sockets
-                    # that other tasks are using: keep the operations in flight below the limit.
-                    self._agate = asyncio.Semaphore(self._max_connections)
-                self._async = (client, _register(client))
-                self._async_loop = loop
-            elif self._async_loop is not loop:
-                raise RuntimeError(
-                    "this RedisStore's asyncio client belongs to another event loop: "
-                    "await store.aclose() on that loop before using the store on a new one"
+            self.check_open()
+            current = self._async
+            if isinstance(current, _AsyncSide):
+                return current, False
+            if self._given_async is not None:
+                self._async = _AsyncSide(self._given_async, None, self.cluster)
+                return self._async, False
+            if self.url is None:
+                raise TypeError("this RedisStore was given a blocking redis client: use load, write, ...")
+            if current is None or current.closed:  # none yet, or its loop has ended
+                gate = self._max_connections if self.cluster else None
+                self._async = LoopBound(
+                    _AsyncSide(self._make(_import_redis().asyncio), gate, self.cluster), _AsyncSide.aclose
                 )
-            return self._async
+                return self._async.resource, True
+            if current.loop is not loop:
+                raise RuntimeError(
+                    "this RedisStore's asyncio client belongs to another event loop, which has not "
+                    "ended: use the store's async methods from one event loop at a time"
+                )
+            return current.resource, False
 
     # -- the guards around each call -------------------------------------------------------------
 
@@ -664,13 +682,13 @@ class _Clients:
             raise self._unavailable(action, session_id, f"a fault inside redis-py: {exc!r}") from exc
 
     def _unavailable(self, action: str, session_id: Optional[str], problem: str) -> StoreUnavailableError:
-        target = "" if session_id is None else f" of session {shown(session_id)}"
+        target = "" if session_id is None else f" of session {rules.shown(session_id)}"
         if problem == "No connection available.":
             problem = (
                 f"no free connection: all {self._max_connections} of the store's connections stayed "
                 f"busy for {self._pool_timeout:g} s"
             )
-        return StoreUnavailableError(f"Redis {action}{target} failed: {problem}")
+        return StoreUnavailableError(f"Redis {action}{target} failed: {redact_url(problem)}")
 
     @contextmanager
     def _slot(self, action: str, session_id: Optional[str]) -> Iterator[None]:
@@ -687,9 +705,10 @@ class _Clients:
             gate.release()
 
     @asynccontextmanager
-    async def _aslot(self, action: str, session_id: Optional[str]) -> AsyncIterator[None]:
+    async def _aslot(
+        self, gate: Optional[asyncio.Semaphore], action: str, session_id: Optional[str]
+    ) -> AsyncIterator[None]:
         """Async twin of :meth:`_slot`."""
-        gate = self._agate
         if gate is None:
             yield
             return
@@ -705,59 +724,70 @@ class _Clients:
     # -- performing a flow's commands ------------------------------------------------------------
 
     def perform(self, action: str, session_id: Optional[str], command: _Command) -> Any:
-        """Send ``command`` on the blocking client, in an operation slot, driver errors as
-        ``StoreUnavailableError`` naming ``action`` and the session."""
-        client, scripts = self.sync()
-        with self._slot(action, session_id), self.errors(action, session_id):
-            try:
-                reply = _send(client, scripts, command)
-            except _import_redis().exceptions.NoScriptError:
-                reply = _send(client, scripts, command, whole=True)
-            return {_text(key) for key in reply} if isinstance(command, _Scan) else reply
+        """Send ``command`` on the blocking client (made here, a cluster's first contact
+        included), in an operation slot, driver errors as ``StoreUnavailableError`` naming
+        ``action`` and the session."""
+        with self.errors(action, session_id):
+            client, scripts = self.sync()
+            with self._slot(action, session_id):
+                try:
+                    reply = _send(client, scripts, command)
+                except _import_redis().exceptions.NoScriptError:
+                    reply = _send(client, scripts, command, whole=True)
+                return {_text(key) for key in reply} if isinstance(command, _Scan) else reply
 
     async def aperform(self, action: str, session_id: Optional[str], command: _Command) -> Any:
         """Async twin of :meth:`perform`, on the asyncio client."""
-        client, scripts = await self.asynchronous()
-        async with self._aslot(action, session_id):
-            with self.errors(action, session_id):
+        with self.errors(action, session_id):
+            side = await self.asynchronous()
+            async with self._aslot(side.gate, action, session_id):
                 try:
-                    reply = _send(client, scripts, command)
+                    reply = _send(side.client, side.scripts, command)
                     if isinstance(command, _Scan):
                         return {_text(key) async for key in reply}
                     return await reply
                 except _import_redis().exceptions.NoScriptError:
-                    return await _send(client, scripts, command, whole=True)
+                    return await _send(side.client, side.scripts, command, whole=True)
 
     # -- closing -----------------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Close the blocking client made from the URL (not a client that was given)."""
-        if self.url is None:
-            return
+    def _take(self) -> tuple[Optional[SyncClient], Optional[LoopBound[_AsyncSide]]]:
+        """Mark the clients closed and take those made from the URL (not those given)."""
         with self._lock:
-            made, self._sync = self._sync, None
-        if made is not None:
-            client = made[0]
+            self.closed = True
+            made, bound = self._sync, self._async
+            self._sync = self._async = None
+        if self.url is None:
+            return None, None
+        return (None if made is None else made[0]), (bound if isinstance(bound, LoopBound) else None)
+
+    @staticmethod
+    def _close_sync(client: Optional[SyncClient]) -> None:
+        if client is not None:
             if isinstance(client, _import_redis().cluster.RedisCluster):
                 client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
             client.close()
 
+    def close(self) -> None:
+        """Close both clients made from the URL (the asyncio one on its loop, see
+        :meth:`LoopBound.close`); the clients refuse every later call."""
+        client, bound = self._take()
+        self._close_sync(client)
+        if bound is not None:
+            bound.close()
+
     async def aclose(self) -> None:
-        """Close the clients made from the URL (not a client that was given)."""
-        if self.url is None:
-            return
-        with self._lock:
-            made, self._async, self._async_loop = self._async, None, None
-            self._agate, self._async_init, self._async_ready = None, None, False
-        if made is not None:
-            await made[0].aclose()
-        self.close()
+        """Async twin of :meth:`close`."""
+        client, bound = self._take()
+        if bound is not None:
+            await bound.aclose()
+        self._close_sync(client)
 
 
 # -- the store ---------------------------------------------------------------------------------------
 
 
-class RedisStore(Closing):
+class RedisStore(rules.Closing):
     """A session store in Redis or Redis Cluster, shared by every process that reaches it.
 
     ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` or
@@ -766,10 +796,11 @@ class RedisStore(Closing):
     the clients it needs on first use (5 s connect timeout unless the URL sets one, two
     retries of a dropped connection): with ``cluster=True`` they are cluster clients that
     start from the node in the URL and find the others; for a list of nodes, pass your own
-    ``RedisCluster(startup_nodes=[ClusterNode(host, port), ...])``. :meth:`close` /
-    :meth:`aclose` close the clients the store made; a client you pass stays yours to close.
-    The asyncio client a store makes belongs to the event loop that first used it: ``await
-    store.aclose()`` there before using the store from another loop.
+    ``RedisCluster(startup_nodes=[ClusterNode(host, port), ...])``. :meth:`close` or
+    :meth:`aclose` closes both clients the store made (a client you pass stays yours to close)
+    and the store: every later call raises ``StoreUnavailableError``. The asyncio client a
+    store makes belongs to the event loop that first used it and closes when that loop ends
+    (``asyncio.run``); while that loop lives, another one gets ``RuntimeError``.
 
     A log store (see :class:`~rollmem.stores.LogStore`): each session is a hash at
     ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity, layout
@@ -815,7 +846,7 @@ class RedisStore(Closing):
         max_connections: int = 50,
         pool_timeout: float = 20.0,
     ):
-        check_prefix(prefix)
+        rules.check_prefix(prefix)
         if not prefix:
             raise ValueError("prefix must not be empty: it keeps rollmem's keys apart from the others")
         brace = prefix.find("{")
@@ -827,6 +858,7 @@ class RedisStore(Closing):
         v.check_bool("cluster", cluster)
         self._prefix = prefix
         self._clients = _Clients(
+            repr(self),
             url_or_client,
             cluster,
             v.check_positive_int("max_connections", max_connections),
@@ -850,20 +882,20 @@ class RedisStore(Closing):
 
     def _keys(self, session_id: str) -> list[str]:
         """The head hash and the log list, in one hash slot."""
-        check_session_id(session_id)
+        rules.check_session_id(session_id)
         return [self._tagged(session_id, "head"), self._tagged(session_id, "log")]
 
     # -- each operation once, yielding its Redis calls -------------------------------------------
 
     def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
-        check_load(session_id, since)
+        rules.check_load(session_id, since)
         keys = self._keys(session_id)
         if since is None and not self._clients.cluster:
             return _snapshot(self, session_id, (yield _ReadAll(keys)))
         return _loaded(self, session_id, (yield _Script(0, keys, _load_args(since))))
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
-        check_write(session_id, change)
+        rules.check_write(session_id, change)
         reply = yield _Script(1, self._keys(session_id), _write_args(change, uuid.uuid4().hex))
         return _written(self, session_id, change, reply)
 
@@ -871,7 +903,7 @@ class RedisStore(Closing):
         return bool((yield _Delete(self._keys(session_id))))
 
     def _ids_flow(self, prefix: str) -> Flow[list[str]]:
-        check_prefix(prefix)
+        rules.check_prefix(prefix)
         keys = yield _Scan(_glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*")
         ids = [_decode_id(m.group(1)) for m in map(_HEAD.match, keys, repeat(len(self._prefix))) if m]
         return sorted(session_id for session_id in ids if session_id.startswith(prefix))
@@ -906,10 +938,12 @@ class RedisStore(Closing):
 
     def purge_expired(self) -> int:
         """Return 0: Redis removes expired sessions by itself."""
+        self._clients.check_open()
         return 0
 
     def close(self) -> None:
-        """Close the blocking client this store made from its URL (not a client it was given)."""
+        """Close the clients this store made from its URL, the asyncio one too (not a client it
+        was given); every later call raises ``StoreUnavailableError`` (``... is closed``)."""
         self._clients.close()
 
     # -- the AsyncLogStore protocol --------------------------------------------------------------
@@ -932,8 +966,8 @@ class RedisStore(Closing):
 
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`purge_expired`."""
-        return 0
+        return self.purge_expired()
 
     async def aclose(self) -> None:
-        """Close the clients this store made from its URL (not a client it was given)."""
+        """Async twin of :meth:`close`."""
         await self._clients.aclose()

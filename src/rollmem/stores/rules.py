@@ -12,14 +12,16 @@ against the same contract the bundled stores pass.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar, cast
 
 from .. import _validate as v
+from .._threads import in_thread
 from ..errors import ConflictError, StoreUnavailableError
-from ._protocol import Head, LogEntry, LogWrite
+from ._protocol import Head, LogEntry, LogStore, LogWrite, StoredLog
 
 __all__ = [
     "LAYOUT_VERSION",
+    "AsyncTwins",
     "Closing",
     "apply_write",
     "check_layout",
@@ -27,6 +29,7 @@ __all__ = [
     "check_prefix",
     "check_session_id",
     "check_write",
+    "closed",
     "is_expired",
     "new_head",
     "shown",
@@ -72,6 +75,12 @@ def check_layout(store: object, found: object) -> None:
         )
 
 
+def closed(store: object) -> StoreUnavailableError:
+    """The error every call of a closed store raises (``store`` is its ``repr``): every bundled
+    store refuses every call after ``close()`` or ``aclose()``, and never reopens."""
+    return StoreUnavailableError(f"{store} is closed")
+
+
 def shown(session_id: str, limit: int = 100) -> str:
     """``repr(session_id)`` for an error message, cut after ``limit`` characters: an error never
     repeats a huge id whole."""
@@ -110,6 +119,46 @@ class Closing:
         await self.aclose()
 
 
+_T = TypeVar("_T")
+
+
+class AsyncTwins(Closing):
+    """The ``a``-methods of a :class:`~rollmem.stores.LogStore` whose blocking methods do the
+    work (``SQLiteStore``, ``MemoryStore``): each awaits its blocking twin through
+    :meth:`call_blocking`, in a worker thread unless the store overrides it."""
+
+    async def call_blocking(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` off the event loop (in a worker thread)."""
+        return await in_thread(call, *args)
+
+    def _blocking(self) -> LogStore:
+        return cast(LogStore, self)
+
+    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """Async twin of ``load``."""
+        return await self.call_blocking(self._blocking().load, session_id, since)
+
+    async def awrite(self, session_id: str, change: LogWrite) -> Head:
+        """Async twin of ``write``."""
+        return await self.call_blocking(self._blocking().write, session_id, change)
+
+    async def adelete(self, session_id: str) -> bool:
+        """Async twin of ``delete``."""
+        return await self.call_blocking(self._blocking().delete, session_id)
+
+    async def aids(self, prefix: str = "") -> list[str]:
+        """Async twin of ``ids``."""
+        return await self.call_blocking(self._blocking().ids, prefix)
+
+    async def apurge_expired(self) -> int:
+        """Async twin of ``purge_expired``."""
+        return await self.call_blocking(self._blocking().purge_expired)
+
+    async def aclose(self) -> None:
+        """Async twin of ``close``."""
+        await self.call_blocking(self._blocking().close)
+
+
 # -- the log protocol: checks and the reference semantics of a write -------------------------------
 
 
@@ -134,7 +183,8 @@ def check_write(session_id: object, change: object) -> LogWrite:
         if not isinstance(entry, LogEntry):
             raise v.type_error(f"change.entries[{index}]", "a LogEntry", entry)
         _check_text(entry.message, f"change.entries[{index}].message", allow_empty=False)
-        v.check_int(f"change.entries[{index}].cost", entry.cost, -1)
+        if v.check_int(f"change.entries[{index}].cost", entry.cost, -1) >= 2**63:  # a signed 64-bit column
+            raise v.value_error(f"change.entries[{index}].cost", "< 2**63", entry.cost)
     for name in ("expected_revision", "expected_tail"):
         value = getattr(change, name)
         if value is not None:

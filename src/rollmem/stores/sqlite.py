@@ -14,22 +14,9 @@ from itertools import repeat
 from typing import Optional, Union
 
 from .. import _validate as v
-from .._threads import in_thread
 from ..errors import StoreUnavailableError
+from . import rules
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
-from .rules import (
-    LAYOUT_VERSION,
-    Closing,
-    check_layout,
-    check_load,
-    check_prefix,
-    check_session_id,
-    check_write,
-    is_expired,
-    new_head,
-    shown,
-    write_conflict,
-)
 
 __all__ = ["SQLiteStore"]
 
@@ -121,25 +108,23 @@ class _Connections:
             shared.close()
 
 
-class SQLiteStore(Closing):
+class SQLiteStore(rules.AsyncTwins):
     """Sessions in an SQLite database, standard library only: a log store.
 
-    ``path`` is a database file (created when missing) or ``":memory:"`` for a private
-    in-memory database shared by this store's threads and gone when it closes. A file
-    database is put in WAL mode, so readers never wait for the writer; writers wait up to
-    ``timeout`` seconds for each other, then raise :class:`~rollmem.errors.StoreUnavailableError`.
-    Any number of threads, stores and processes of one machine may share a file (not over a
-    network file system).
+    ``path`` is a database file (created when missing, owner-only: ``0600``, as SQLite then makes
+    its ``-wal`` and ``-shm`` files) or ``":memory:"`` for a private in-memory database shared by
+    this store's threads and gone when it closes. A file database is put in WAL mode, so readers
+    never wait for the writer; writers wait up to ``timeout`` seconds for each other, then raise
+    :class:`~rollmem.errors.StoreUnavailableError`. Any number of threads, stores and processes
+    of one machine may share a file (not over a network file system).
 
     Layout: ``rollmem_heads`` (one row per session: incarnation, revision, summary, tail,
     counter identity, expiry) and ``rollmem_log`` (one row per message: sequence number,
-    message JSON, token cost). An append inserts its rows and touches the head's tail; a fold
-    deletes the folded rows and updates the head; each write is one transaction that checks
-    the head first (see :class:`~rollmem.stores.LogStore`). The tables are created on first
-    use, with the layout version in ``rollmem_meta``; a database of another version is refused
-    (:func:`~rollmem.stores.rules.check_layout`). Expiry uses the wall
-    clock and expired rows stay on disk until :meth:`purge_expired`. The async methods run the
-    blocking ones in a worker thread (a cancelled call may still complete there).
+    message JSON, token cost), created on first use with the layout version in
+    ``rollmem_meta`` (another one is refused: :func:`~rollmem.stores.rules.check_layout`). Each
+    write is one transaction that checks the head first (see :class:`~rollmem.stores.LogStore`).
+    Expiry uses the wall clock; expired rows stay on disk until :meth:`purge_expired`. The async
+    methods run the blocking ones in a worker thread (a cancelled call may still complete there).
     """
 
     def __init__(self, path: Union[str, os.PathLike[str]] = ":memory:", *, timeout: float = 30.0) -> None:
@@ -169,6 +154,9 @@ class SQLiteStore(Closing):
     # connections
 
     def _open(self) -> sqlite3.Connection:
+        if not self._in_memory:  # a new file is the owner's only: SQLite gives -wal and -shm its mode
+            with suppress(OSError):  # it exists (kept as it is), or SQLite reports why it cannot be opened
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
             if not self._in_memory:
@@ -206,12 +194,12 @@ class SQLiteStore(Closing):
             conn.execute(_CREATE_META)
             row = conn.execute(_READ_VERSION, ("schema_version",)).fetchone()
             if row is not None:
-                check_layout(repr(self), row[0])
+                rules.check_layout(repr(self), row[0])
                 return
             conn.execute(_CREATE_HEADS)
             conn.execute(_CREATE_LOG)
             conn.execute(_CREATE_INDEX)
-            conn.execute(_WRITE_VERSION, ("schema_version", LAYOUT_VERSION))
+            conn.execute(_WRITE_VERSION, ("schema_version", rules.LAYOUT_VERSION))
 
     def _acquire(self) -> sqlite3.Connection:
         with self._lock:
@@ -235,7 +223,7 @@ class SQLiteStore(Closing):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreUnavailableError(f"{self!r} is closed")
+            raise rules.closed(repr(self))
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
@@ -293,12 +281,12 @@ class SQLiteStore(Closing):
 
     def _corrupt(self, session_id: str, what: str) -> StoreUnavailableError:
         return StoreUnavailableError(
-            f"{self!r}: the rows of session {shown(session_id)} are corrupt ({what})"
+            f"{self!r}: the rows of session {rules.shown(session_id)} are corrupt ({what})"
         )
 
     def _read_head(self, conn: sqlite3.Connection, session_id: str, now: float) -> Optional[Head]:
         row = conn.execute(_HEAD, (session_id,)).fetchone()
-        if row is None or is_expired(row[5], now):
+        if row is None or rules.is_expired(row[5], now):
             return None
         incarnation, revision, summary, tail, counter = row[:5]
         if not (
@@ -327,7 +315,7 @@ class SQLiteStore(Closing):
         """The live session, or ``None`` when it is absent or expired; with ``since``, only the
         entries appended after it when its incarnation and revision still hold. One read
         transaction."""
-        check_load(session_id, since)
+        rules.check_load(session_id, since)
         with self._connection() as conn:
             conn.execute("BEGIN")
             try:
@@ -347,14 +335,14 @@ class SQLiteStore(Closing):
     def write(self, session_id: str, change: LogWrite) -> Head:
         """Apply ``change`` in one transaction and return the new head; else raise
         ``ConflictError`` and write nothing."""
-        check_write(session_id, change)
+        rules.check_write(session_id, change)
         with self._write() as conn:
             now = time.time()
             head = self._read_head(conn, session_id, now)
-            error = write_conflict(session_id, head, change)
+            error = rules.write_conflict(session_id, head, change)
             if error is not None:
                 raise error
-            updated = new_head(head, change, uuid.uuid4().hex if head is None else head.incarnation)
+            updated = rules.new_head(head, change, uuid.uuid4().hex if head is None else head.incarnation)
             fields = (updated.revision, updated.summary, updated.tail, updated.counter)
             expires_at = None if change.ttl is None else now + change.ttl
             if change.create or change.replace:
@@ -378,7 +366,7 @@ class SQLiteStore(Closing):
 
     def delete(self, session_id: str) -> bool:
         """Remove the session (its incarnation ends); ``True`` if a live one was there."""
-        check_session_id(session_id)
+        rules.check_session_id(session_id)
         with self._write() as conn:
             now = time.time()
             live = self._read_head(conn, session_id, now) is not None
@@ -388,7 +376,7 @@ class SQLiteStore(Closing):
 
     def ids(self, prefix: str = "") -> list[str]:
         """The ids of the live sessions that start with ``prefix``, sorted."""
-        check_prefix(prefix)
+        rules.check_prefix(prefix)
         arguments = (prefix, len(prefix), prefix, time.time())
         with self._connection() as conn:
             return sorted(row[0] for row in conn.execute(_IDS, arguments))
@@ -406,29 +394,3 @@ class SQLiteStore(Closing):
         with self._lock:
             self._closed = True
             self._conns.close_all()
-
-    # the AsyncLogStore protocol: the same calls, in a worker thread
-
-    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """Async twin of :meth:`load`."""
-        return await in_thread(self.load, session_id, since)
-
-    async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        """Async twin of :meth:`write`."""
-        return await in_thread(self.write, session_id, change)
-
-    async def adelete(self, session_id: str) -> bool:
-        """Async twin of :meth:`delete`."""
-        return await in_thread(self.delete, session_id)
-
-    async def aids(self, prefix: str = "") -> list[str]:
-        """Async twin of :meth:`ids`."""
-        return await in_thread(self.ids, prefix)
-
-    async def apurge_expired(self) -> int:
-        """Async twin of :meth:`purge_expired`."""
-        return await in_thread(self.purge_expired)
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
-        await in_thread(self.close)
