@@ -335,6 +335,13 @@ class _LogContract:
         assert (folded.delta, texts(folded)) == (False, ["b", "c"]), "after a fold, everything"
 
     @_scenario
+    def test_every_cost_a_memory_accepts_round_trips(self) -> Scenario:
+        """0 to 2**63 - 1, a signed 64-bit column's range (larger costs are refused above)."""
+        costs = (0, -1, 2**63 - 1)
+        yield _call("write", "s", LogWrite("", tuple(entry("m", cost) for cost in costs), create=True))
+        assert [e.cost for e in (yield _call("load", "s")).entries] == list(costs)
+
+    @_scenario
     def test_a_closed_store_refuses_every_call(self) -> Scenario:
         """After ``close()`` (``aclose()``) every call raises ``StoreUnavailableError``, ``... is
         closed``, and opens nothing again; closing twice is harmless."""
@@ -447,6 +454,11 @@ class _LogContract:
                 ValueError,
                 "change.entries[0].cost must be >= -1, got -2",
                 ("s", LogWrite("", (LogEntry("{}", -2),), create=True)),
+            ),
+            (
+                ValueError,
+                "change.entries[0].cost must be < 2**63, got 9223372036854775808",
+                ("s", LogWrite("", (LogEntry("{}", 2**63),), create=True)),
             ),
             (
                 TypeError,
