@@ -38,12 +38,7 @@ from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, c
 from . import _validate as v
 from ._flow import arun, run
 from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
-from .changes import (
-    Appended,
-    Change,
-    Dropped,
-    Folded,
-)
+from .changes import Appended, Change, Dropped, Folded
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
 from .message import STATE_VERSION, Message, _messages_from_json

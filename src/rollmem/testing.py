@@ -132,40 +132,6 @@ ODD_IDS = ["alice", "with space", "quote'\"", "semi;colon", "colon:a:b", "star*?
 _KEYS = st.sampled_from(["a", "a/b", "b", "ab"])
 
 
-class _Blocking:
-    """Runs a contract's scenarios through the blocking methods; the store is closed after each
-    test."""
-
-    def make_store(self) -> Any:
-        raise NotImplementedError
-
-    @_fixture
-    def store(self) -> Iterator[Any]:
-        store = self.make_store()
-        try:
-            yield store
-        finally:
-            store.close()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        run(steps, functools.partial(_perform, store))
-
-
-class _Awaiting:
-    """Runs a contract's scenarios through the ``a``-methods, each in one ``asyncio.run`` (the
-    scenario ends with ``aclose()``)."""
-
-    def make_store(self) -> Any:
-        raise NotImplementedError
-
-    @_fixture
-    def store(self) -> Any:
-        return self.make_store()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        asyncio.run(_arun_then_close(store, steps))
-
-
 def service_url(variable: str, how_to_start: str) -> str:
     """The server address in ``variable``; without it the test skips saying ``how_to_start``,
     or fails when ``ROLLMEM_REQUIRE_SERVICES=1``."""
@@ -529,8 +495,20 @@ def _model_write(
     model[session_id] = (head, entries)
 
 
-class LogStoreContract(_Blocking, _LogContract):
-    """The log contract through the blocking methods, plus threads racing on one session."""
+class LogStoreContract(_LogContract):
+    """The log contract through the blocking methods (the store closed after each test), plus
+    threads racing on one session."""
+
+    @_fixture
+    def store(self) -> Iterator[Any]:
+        store = self.make_store()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        run(steps, functools.partial(_perform, store))
 
     def test_with_block_closes_the_store(self) -> None:
         """``with store:`` gives the store and closes it at the end; closing again is harmless."""
@@ -653,8 +631,15 @@ class LogStoreContract(_Blocking, _LogContract):
         assert sorted(seen) == sorted(f"w{i}-{n}" for i in range(appenders) for n in range(count))
 
 
-class AsyncLogStoreContract(_Awaiting, _LogContract):
+class AsyncLogStoreContract(_LogContract):
     """The log contract through the ``a``-methods, each test one ``asyncio.run`` ending with ``aclose()``."""
+
+    @_fixture
+    def store(self) -> Any:
+        return self.make_store()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        asyncio.run(_arun_then_close(store, steps))
 
     def test_async_with_block_closes_the_store(self) -> None:
         """``async with store:`` gives the store and closes it with ``aclose()``; again is harmless."""

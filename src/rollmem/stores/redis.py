@@ -295,14 +295,8 @@ def _decode_id(encoded: str) -> str:
 
 
 def _load_args(since: Optional[Head]) -> list[str]:
-    if since is None:
-        return _script_args(_LOAD_FIELDS, {})
-    values = {
-        "since_incarnation": since.incarnation,
-        "since_revision": str(since.revision),
-        "since_tail": str(since.tail),
-    }
-    return _script_args(_LOAD_FIELDS, values)
+    values = () if since is None else (since.incarnation, str(since.revision), str(since.tail))
+    return _script_args(_LOAD_FIELDS, dict(zip(_LOAD_FIELDS, values)))
 
 
 def _write_args(change: LogWrite, token: str) -> list[str]:
@@ -536,8 +530,9 @@ class _AsyncSide:
         self.init = asyncio.Lock()
         self.ready = not cluster
 
-    async def aclose(self) -> None:
-        await self.client.aclose()
+
+async def _close_side(side: _AsyncSide) -> None:
+    await side.client.aclose()
 
 
 class _Clients:
@@ -651,7 +646,7 @@ class _Clients:
             if current is None or current.closed:  # none yet, or its loop has ended
                 gate = self._max_connections if self.cluster else None
                 self._async = LoopBound(
-                    _AsyncSide(self._make(_import_redis().asyncio), gate, self.cluster), _AsyncSide.aclose
+                    _AsyncSide(self._make(_import_redis().asyncio), gate, self.cluster), _close_side
                 )
                 return self._async.resource, True
             if current.loop is not loop:
@@ -794,47 +789,30 @@ class RedisStore(rules.Closing):
     ``redis.cluster.RedisCluster`` for the blocking methods, or a ``redis.asyncio.Redis`` or
     ``redis.asyncio.cluster.RedisCluster`` for the ``a``-methods. From a URL the store makes
     the clients it needs on first use (5 s connect timeout unless the URL sets one, two
-    retries of a dropped connection): with ``cluster=True`` they are cluster clients that
-    start from the node in the URL and find the others; for a list of nodes, pass your own
-    ``RedisCluster(startup_nodes=[ClusterNode(host, port), ...])``. :meth:`close` or
-    :meth:`aclose` closes both clients the store made (a client you pass stays yours to close)
-    and the store: every later call raises ``StoreUnavailableError``. The asyncio client a
-    store makes belongs to the event loop that first used it and closes when that loop ends
-    (``asyncio.run``); while that loop lives, another one gets ``RuntimeError``.
+    retries of a dropped connection); with ``cluster=True``, cluster clients that start from
+    the node in the URL (for a list of nodes, pass your own ``RedisCluster(startup_nodes=...)``).
+    They use at most ``max_connections`` connections (per node, in a cluster); an operation
+    that finds them all busy waits up to ``pool_timeout`` seconds, then raises
+    ``StoreUnavailableError``. :meth:`close` or :meth:`aclose` closes both clients the store
+    made (a client you pass stays yours) and the store: every later call raises
+    ``StoreUnavailableError``. The asyncio client belongs to the event loop that first used it
+    and closes when that loop ends (``asyncio.run``); meanwhile another loop gets ``RuntimeError``.
 
-    A log store (see :class:`~rollmem.stores.LogStore`): each session is a hash at
+    A log store (:class:`~rollmem.stores.LogStore`): each session is a hash at
     ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity, layout
-    version) and a list
-    at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message JSON,
-    tab-separated), where ``<id>`` is the session id with ``%``, ``{`` and ``}``
-    percent-encoded (``%25``, ``%7B``, ``%7D``).
-    ``load`` is one script (with ``since``, only the entries appended after that head when its
-    incarnation and revision are still live); ``write`` is one atomic script: an append checks
-    the incarnation and counter and pushes its entries (no compare-and-set on the revision), a
-    fold compares the revision (and the tail when asked), removes the folded entries except
-    ``keep``, appends and sets the summary, a rewrite replaces every entry. The braces are a
-    Redis Cluster hash tag: all keys of a session share one slot, so each script runs on one
-    node, in a cluster too; ``ids`` scans every primary. The tag cannot hold a brace, so no key
-    of one prefix is a key of another (``prefix="app:"`` never sees the sessions of
-    ``prefix="app:tenant2:"``). A prefix must not contain the empty tag ``{}`` (it would hash
-    each key whole, spreading a session over slots); other braces in it are allowed, and a tag
-    in the prefix puts all its sessions in one slot.
-
-    ``ttl`` is native key expiry (``PEXPIRE`` on every key of the session), so
-    :meth:`purge_expired` has nothing to do. A write is one atomic server-side script: a
-    failover or a resharding during a write makes it fail with an error or succeed, never
-    half-write; a write the driver resends after a lost reply finds its own token among the
-    last 8 kept in the head and is not applied twice. Stored text that is not UTF-8 raises
-    :class:`~rollmem.errors.InvalidStateError` naming the session.
-    Driver errors (connection refused, timeouts, cluster down, server errors, and a fault
-    raised inside redis-py itself) raise :class:`~rollmem.errors.StoreUnavailableError` naming
-    the session, from the driver's exception.
-
-    The clients a store makes from a URL use at most ``max_connections`` connections (per
-    node, in a cluster): an operation that finds them all busy waits for one, up to
-    ``pool_timeout`` seconds, then raises ``StoreUnavailableError`` naming the session (a
-    blocking pool; in a cluster, at most ``max_connections`` operations in flight per client).
-    A client you pass keeps its own pool settings.
+    version) and a list at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message
+    JSON, tab-separated), ``<id>`` being the session id with ``%``, ``{`` and ``}``
+    percent-encoded. ``load`` is one round trip (with ``since``, only what was appended after
+    that head); ``write`` is one atomic script, so a failover or a resharding makes it fail or
+    succeed, never half-write, and a write the driver resends after a lost reply finds its token
+    among the last 8 kept in the head and is not applied twice. The braces are a Redis Cluster
+    hash tag: a session's keys share one slot; ``ids`` scans every primary. The tag holds no
+    brace, so no key of one prefix is a key of another (``"app:"`` never sees the sessions of
+    ``"app:tenant2:"``); a prefix must not contain the empty tag ``{}``. ``ttl`` is native key
+    expiry, so :meth:`purge_expired` has nothing to do. Stored text that is not UTF-8 raises
+    :class:`~rollmem.errors.InvalidStateError` naming the session; driver errors (and faults
+    inside redis-py) raise :class:`~rollmem.errors.StoreUnavailableError` naming the session,
+    from the driver's exception, a URL's password shown as ``****``.
     """
 
     def __init__(
