@@ -19,7 +19,6 @@ from rollmem.adapters import from_anthropic, from_openai
 from rollmem.errors import InvalidStateError
 from rollmem.sessions import AsyncSessions, Sessions
 from rollmem.stores import LogEntry, LogWrite, MemoryStore, SQLiteStore
-from rollmem.testing import DictStore
 
 HALF_EMOJI = json.loads('"\\ud83d"')  # what a client cutting "😀" by UTF-16 length sends
 BIG = "x" * 10_000_000
@@ -298,29 +297,14 @@ def test_sessions_reject_a_ttl_no_store_can_keep_at_construction(ttl: Any) -> No
 
 
 @pytest.mark.parametrize(
-    "state",
-    [
-        deep_json(),
-        '{"version": 2, "summary": "", "buffer": [{"role": "user", "content": "", "metadata": '
-        + '{"a": ' * 50_000
-        + "{}"
-        + "}" * 50_000
-        + "}]}",
-    ],
+    "message",
+    [deep_json(), '{"role": "user", "content": "", "metadata": ' + '{"a": ' * 50_000 + "{}" + "}" * 50_001],
 )
-def test_deeply_nested_stored_state_raises_invalid_state_naming_the_session(state: str) -> None:
-    whole = DictStore()  # a whole-state store, read through the adapter
-    whole.save("deep", state, 0)
-    sessions: Sessions[BufferMemory] = Sessions(whole, BufferMemory)
-    with pytest.raises(InvalidStateError, match=r"^session 'deep': "), sessions.open("deep"):
-        pass
-
-
-def test_a_deeply_nested_logged_message_raises_invalid_state_naming_the_session() -> None:
+def test_a_deeply_nested_logged_message_raises_invalid_state_naming_the_session(message: str) -> None:
     store = MemoryStore()
-    store.write("deep", LogWrite("", (LogEntry(deep_json(), -1),), create=True))
+    store.write("deep", LogWrite("", (LogEntry(message, -1),), create=True))
     sessions = Sessions(store, BufferMemory)
-    with pytest.raises(InvalidStateError, match=r"^session 'deep': buffer\[0\]: "), sessions.open("deep"):
+    with pytest.raises(InvalidStateError, match=r"^session 'deep': buffer\[0\]"), sessions.open("deep"):
         pass
 
 

@@ -1,23 +1,15 @@
 """The write planner of :mod:`rollmem.sessions`: a block's change record -> one store write.
 
-Pure: no store, no locks, no I/O. A block loaded a head and its entries (:class:`Loaded`), the
-memory recorded what the block did (:mod:`rollmem.changes`); :func:`plan_write` picks the
-smallest :class:`~rollmem.stores.LogWrite` that stores what the memory now holds, one function
-per kind:
-
-- :func:`plan_append`: the block only added messages: those messages, no compare-and-set;
-- :func:`plan_fold`: the memory evicted: the new summary, the removed sequence numbers, a
-  compare-and-set on the head's revision (and on the tail when the fold reached messages the
-  block added). A fold of an add-only turn carries a *fallback*: the append of everything the
-  block added, landed when the fold loses, so such a turn is never refused;
-- :func:`plan_rewrite`: rare changes (clear, pins, assignments, a changed counter), or an
-  in-place edit of ``buffer``: the whole state.
-
-:func:`explains` tells whether the record accounts for what the memory holds (an edit made in
-place on ``buffer`` is not recorded, and can then never be redone on another writer's state).
-:func:`rebase_fold` re-aims a lost fold at the latest head when its cut is still valid there,
-so the summarizer's work is kept. Summaries go through :func:`stored_summary` /
-:func:`read_summary`: the one lossless rule that lets a summary hold NUL on every store.
+Pure: no store, no locks, no I/O. From what a block loaded (:class:`Loaded`) and what the memory
+recorded (:mod:`rollmem.changes`), :func:`plan_write` picks the smallest
+:class:`~rollmem.stores.LogWrite` that stores what the memory now holds: :func:`plan_append`
+(only adds: no compare-and-set), :func:`plan_fold` (evictions: the new summary, the removed
+sequence numbers, compare-and-set on the revision, and on the tail when the fold reached the
+block's own messages; an add-only turn's fold carries a *fallback* append of what it added) or
+:func:`plan_rewrite` (clear, pins, assignments, a changed counter, an in-place edit of
+``buffer``: the whole state). :func:`explains` tells whether the record accounts for what the
+memory holds; :func:`rebase_fold` re-aims a lost fold at the latest head when its cut is still
+valid there. :func:`stored_summary` / :func:`read_summary` let a summary hold NUL on every store.
 """
 
 from __future__ import annotations
@@ -66,7 +58,7 @@ ASSIGNMENTS = (SummaryAssigned, BufferAssigned, Restored)  # what a redo would h
 
 _ESCAPED = "\ufdd0"
 """Starts a summary stored as a JSON string. U+FDD0 is a Unicode noncharacter (never interchanged
-text), so a summary saved before this rule, which never starts with it, reads back unchanged."""
+text): a summary practically never starts with it, so almost every summary is stored as itself."""
 
 
 def stored_summary(summary: str) -> str:

@@ -11,14 +11,10 @@
   drawn on stderr when it is a terminal.
 - ``rollmem inspect STATE.json``: validates a saved state and prints its summary, buffer and token
   counts (``--json``: one JSON object).
-- ``rollmem migrate STORE_URL``: moves every session a bundled store still holds in a pre-0.7
-  layout to the log layout and prints the counts (``--dry-run``: counts only). A session whose
-  stored state cannot be read stays as it is, is named on stderr and makes the exit status 1.
 
 Exit status: 0 on success, 2 for bad arguments, a summarizer spec that cannot be loaded, or
 unreadable/malformed input, 1 when a loaded summarizer fails during a replay (it raised, ``SystemExit``
-included, or returned text that is not valid Unicode) or when a store is unreachable or holds an
-unreadable session (``migrate``), 130 on Ctrl-C (each: one line on stderr,
+included, or returned text that is not valid Unicode), 130 on Ctrl-C (each: one line on stderr,
 never a traceback). A transcript with no message replays to an empty result with status 0 and
 a one-line warning on stderr.
 """
@@ -49,7 +45,7 @@ from ._cli_support import ProgressBar, SpecError, SummarizerFailed, load_summari
 from ._jsonl import TOO_MANY_DIGITS, JsonlError, lines_of, read_messages, sample_conversation, sample_text
 from ._validate import plural, redact_url
 from .counters import chars, tiktoken_counter, words
-from .errors import InvalidStateError, MissingExtraError, StoreUnavailableError
+from .errors import InvalidStateError, MissingExtraError
 from .summarizers import extractive_summarizer
 
 __all__ = ["main"]
@@ -426,68 +422,6 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-# -- migrating a store's old layouts -------------------------------------------------------------
-
-
-_STORE_URLS = "sqlite:///PATH, redis://..., rediss://..., unix://..., postgresql://... or postgres://..."
-
-
-def _open_store(args: argparse.Namespace) -> Any:
-    """The bundled store ``args.store`` names: ``sqlite://PATH`` (``sqlite:///abs/path``), a Redis
-    URL (``--prefix``, ``--cluster``) or a PostgreSQL URI (``--table``)."""
-    from . import stores
-
-    url: str = args.store
-    scheme, found, rest = url.partition("://")
-    try:
-        if found and scheme == "sqlite" and rest:
-            if not os.path.isfile(rest):
-                raise _Fail(f"{url}: no such database file: {rest}")
-            return stores.SQLiteStore(rest)
-        if found and scheme in ("redis", "rediss", "unix"):
-            return stores.RedisStore(url, prefix=args.prefix, cluster=args.cluster)
-        if found and scheme in ("postgresql", "postgres"):
-            return stores.PostgresStore(url, table=args.table)
-    except MissingExtraError as error:
-        raise _Fail(str(error)) from None
-    except (TypeError, ValueError) as error:
-        raise _Fail(f"{url}: {error}") from None
-    raise _Fail(f"{url!r}: expected a store URL: {_STORE_URLS}")
-
-
-def _unreadable(error: Exception) -> bool:
-    """Whether ``error`` says a stored session cannot be read (as opposed to an unreachable store)."""
-    return isinstance(error, InvalidStateError) or isinstance(error.__cause__, InvalidStateError)
-
-
-def _migrate(args: argparse.Namespace, out: TextIO) -> int:
-    store = _open_store(args)
-    failed: list[str] = []
-    moved = current = 0
-    try:
-        session_ids = store.ids()
-        for session_id in session_ids:
-            try:
-                if store.migrate(session_id, dry_run=args.dry_run):
-                    moved += 1
-                else:
-                    current += 1
-            except (InvalidStateError, StoreUnavailableError) as error:
-                if not _unreadable(error):
-                    raise
-                failed.append(str(error))  # the others still move; this one stays as it was
-    except StoreUnavailableError as error:
-        raise _Fail(str(error), status=1) from None
-    finally:
-        store.close()
-    for problem in failed:
-        print(f"rollmem migrate: {problem}", file=sys.stderr)
-    verb = "to migrate" if args.dry_run else "migrated"
-    tail = f", {len(failed)} unreadable (left as they are)" if failed else ""
-    out.write(f"{plural(len(session_ids), 'session')}: {moved} {verb}, {current} already current{tail}\n")
-    return 1 if failed else 0
-
-
 # -- the parser ----------------------------------------------------------------------------------
 
 
@@ -523,8 +457,7 @@ def _add_counter(parser: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rollmem",
-        description="Bounded conversation memory: see it work, replay a transcript, inspect a saved "
-        "state, migrate a store.",
+        description="Bounded conversation memory: see it work, replay a transcript, inspect a saved state.",
     )
     parser.add_argument("--version", action="version", version=f"rollmem {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -580,22 +513,6 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("state", metavar="STATE.json")
     _add_counter(inspect)
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
-    migrate = command(
-        "migrate",
-        _migrate,
-        "move every session of a store still in a pre-0.7 layout to the current one",
-        "Move every session of a store still saved in a layout of a release before 0.7 to the log "
-        "layout, as it is (summary, messages, expiry), and report the counts. Run it before "
-        "upgrading to rollmem 1.0, which no longer reads the old layouts. Running it again moves "
-        "nothing.",
-    )
-    migrate.add_argument("store", metavar="STORE_URL", help=_STORE_URLS)
-    migrate.add_argument("--dry-run", action="store_true", help="count what would move; write nothing")
-    migrate.add_argument("--prefix", default="rollmem:", help="RedisStore key prefix (default: rollmem:)")
-    migrate.add_argument("--cluster", action="store_true", help="the Redis URL is a Redis Cluster node")
-    migrate.add_argument(
-        "--table", default="rollmem_sessions", help="PostgresStore table name (default: rollmem_sessions)"
-    )
     return parser
 
 

@@ -1,43 +1,30 @@
 """Persistent sessions: one memory per conversation, kept in a store, safe for many writers.
 
-:class:`Sessions` (sync code) and :class:`AsyncSessions` (async code) open a session as a
-context manager: the memory is loaded (or created empty) through the user's factory, which
-supplies all configuration; the store keeps a head (summary, incarnation, revision, counter
-identity) and a log of messages with their token costs (see :mod:`rollmem.stores`).
+:class:`Sessions` (sync) and :class:`AsyncSessions` (async) open a session as a context manager:
+the memory is loaded (or created empty) through the user's factory, which supplies all
+configuration; the store keeps a head and a log of messages with their costs (:mod:`rollmem.stores`).
+The block's changes, taken from the memory's change record (:mod:`rollmem.changes`), are written
+by the pure planner :mod:`rollmem._write_plan` as an *append* (no compare-and-set: appenders never
+conflict), a *fold* (compare-and-set on the head's revision) or a *rewrite* (rare changes).
 
-The block's changes are taken from the memory's public change record
-(:meth:`~rollmem.memory.RollingMemory.record`, :mod:`rollmem.changes`) and written as one of:
+A lost fold of a turn that only added messages is written again on the latest head when its cut
+is still valid there, else the turn's messages land as a plain append: such a turn is never
+refused because others folded first. Another lost write reloads the latest state into the same
+memory and redoes the block's changes (``memory.replay``, after a jittered backoff); an
+assignment, a ``restore()`` or an in-place edit of ``buffer`` cannot be redone: ``ConflictError``,
+nothing written (:meth:`Sessions.update` re-runs a function instead). ``on_evict`` is held back
+and called once per eviction after the write that commits it, never for an uncommitted one.
 
-- an *append* when the block only added messages: those messages, no compare-and-set, so
-  concurrent appenders never conflict;
-- a *fold* when the memory evicted: the new summary and the removed entries, compare-and-set on
-  the head's revision (and on the tail, when the fold reached messages the block added);
-- a *rewrite* for rare changes (clear, pin/unpin, assignments, a changed token counter).
-
-The pure planner of these writes is :mod:`rollmem._write_plan`. When the fold of a turn that
-only added messages loses, the same fold is written on the latest head if its cut is still valid
-there, else the turn's messages land as a plain append and the fold is left to a later turn: a
-turn that adds messages is never refused because other writers folded first. When another write
-loses, the latest state is loaded into the same memory object and the block's changes are redone
-on it with ``memory.replay`` (after a jittered exponential backoff): adds are added again,
-explicit ``fold()`` calls and clears and pins are redone, automatic folds happen again by
-themselves. An assignment of
-``summary`` or ``buffer``, a ``restore()`` (or an in-place edit of ``buffer``) cannot be
-redone without losing what the other writer did: then ``ConflictError`` is raised and nothing
-is written; :meth:`Sessions.update` re-runs a function on the latest state instead. The
-memory's ``on_evict`` hook is held back during a block and called, once per eviction, only
-after the write that commits it (never for a fold that is not committed; a task cancelled while
-its write is in flight first learns whether it committed).
-
-Both twins run one *flow* per operation: a generator that yields store requests and redos, and
-receives their results. :class:`Sessions` performs them with plain calls,
-:class:`AsyncSessions` with awaits; every decision lives in the shared base.
+Each operation is one flow yielding ``_Load``, ``_Write``, ``_Sleep`` and ``_Redo`` requests, run
+by :func:`rollmem._flow.run` (plain calls) or :func:`~rollmem._flow.arun` (awaits); every
+decision lives in the shared base.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import random
 import threading
@@ -49,30 +36,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast, runtime_checkable
 
 from . import _validate as v
-from ._threads import in_thread
+from ._flow import arun, run
 from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
-from .changes import (
-    Appended,
-    Change,
-    Dropped,
-    Folded,
-)
+from .changes import Appended, Change, Dropped, Folded
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
 from .message import STATE_VERSION, Message, _messages_from_json
-from .stores import (
-    AsyncLogStore,
-    AsyncStore,
-    AsyncWholeStateLog,
-    Head,
-    LogEntry,
-    LogStore,
-    LogWrite,
-    Store,
-    StoredLog,
-    WholeStateLog,
-)
-from .stores.rules import new_head, shown
+from .stores import AsyncLogStore, Head, LogEntry, LogStore, LogWrite, StoredLog
+from .stores.rules import AsyncTwins, new_head, shown
 
 __all__ = ["AsyncSessions", "Sessions"]
 
@@ -145,14 +116,6 @@ _Request = Union[_Load, _Write, _Sleep, _Redo]
 _Flow = Generator[_Request, Any, _T]
 
 
-def _advance(flow: _Flow[Any], value: Any, error: Optional[Exception]) -> tuple[bool, Any]:
-    """Send ``value`` (or throw ``error``) into ``flow``: ``(False, request)`` or ``(True, result)``."""
-    try:
-        return False, (flow.send(value) if error is None else flow.throw(error))
-    except StopIteration as stop:
-        return True, stop.value
-
-
 # -- what a block loaded ----------------------------------------------------------------------------
 
 
@@ -178,7 +141,7 @@ def _trusted_costs(memory: _SessionMemory, head: Head, entries: Sequence[LogEntr
     if identity is None or head.counter != identity:
         return None
     costs = [entry.cost for entry in entries]
-    return costs if not costs or min(costs) >= 0 else None  # -1: unknown (a migrated session)
+    return costs if not costs or min(costs) >= 0 else None  # -1: unknown
 
 
 def _restore(memory: _SessionMemory, stored: Optional[StoredLog], session_id: str) -> Loaded:
@@ -478,10 +441,9 @@ _BACKOFF_CAP = 0.25
 class Sessions(_SessionsBase[M]):
     """Memories kept in a store, one per session id.
 
-    ``store`` is a :class:`~rollmem.stores.LogStore` (every bundled store) or a
-    whole-state :class:`~rollmem.stores.Store` (wrapped in
-    :class:`~rollmem.stores.WholeStateLog`). ``factory()`` builds each memory (budget,
-    summarizer, counter, callbacks); the store keeps only its state, so a changed factory
+    ``store`` is a :class:`~rollmem.stores.LogStore` (every bundled store is one).
+    ``factory()`` builds each memory (budget, summarizer, counter, callbacks); the store keeps
+    only its state, so a changed factory
     applies to every session on its next open. ``ttl`` (seconds) makes a session expire that
     long after its last write. A write that keeps losing to other writers is redone
     ``max_retries`` times, then raises :class:`~rollmem.errors.ConflictError`. Up to
@@ -491,25 +453,21 @@ class Sessions(_SessionsBase[M]):
 
     def __init__(
         self,
-        store: Union[LogStore, Store],
+        store: LogStore,
         factory: Callable[[], M],
         *,
         ttl: Optional[float] = None,
         max_retries: int = 10,
         cache_size: int = 128,
     ) -> None:
-        if isinstance(store, LogStore) and hasattr(store, "write"):
-            log: LogStore = store
-        elif isinstance(store, Store):
-            log = WholeStateLog(store)
-        else:
-            raise v.type_error("store", "a rollmem LogStore or Store", store)
+        if not isinstance(store, LogStore):
+            raise v.type_error("store", "a rollmem LogStore", store)
         super().__init__(factory, ttl, max_retries, cache_size)
         self._store = store
-        self._log = log
+        self._log = store
 
     @property
-    def store(self) -> Union[LogStore, Store]:
+    def store(self) -> LogStore:
         """Where the sessions are kept."""
         return self._store
 
@@ -596,14 +554,7 @@ class Sessions(_SessionsBase[M]):
         self.close()
 
     def _run(self, flow: _Flow[_T]) -> _T:
-        done, item = _advance(flow, None, None)
-        while not done:
-            try:
-                value, error = self._perform(item), None
-            except Exception as exc:
-                value, error = None, exc
-            done, item = _advance(flow, value, error)
-        return cast(_T, item)
+        return run(flow, self._perform)
 
     def _perform(self, request: _Request) -> Any:
         if isinstance(request, _Load):
@@ -618,47 +569,33 @@ class Sessions(_SessionsBase[M]):
         return changes
 
 
-class _ThreadedLog:
+class _ThreadedLog(AsyncTwins):
     """A blocking :class:`LogStore` seen as an :class:`AsyncLogStore`: each call in a worker thread."""
 
     def __init__(self, store: LogStore) -> None:
         self._store = store
 
-    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        return await in_thread(self._store.load, session_id, since)
+    def __getattr__(self, name: str) -> Any:  # load, write, delete, ids, purge_expired
+        return getattr(self._store, name)
 
-    async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        return await in_thread(self._store.write, session_id, change)
-
-    async def adelete(self, session_id: str) -> bool:
-        return await in_thread(self._store.delete, session_id)
-
-    async def aids(self, prefix: str = "") -> list[str]:
-        return await in_thread(self._store.ids, prefix)
-
-    async def apurge_expired(self) -> int:
-        return await in_thread(self._store.purge_expired)
-
-    async def aclose(self) -> None:
-        await in_thread(self._store.close)
+    def close(self) -> None:
+        self._store.close()
 
 
 def _async_log(store: object) -> AsyncLogStore:
     """Any rollmem store as an :class:`AsyncLogStore` (also used by the integrations)."""
-    if isinstance(store, AsyncLogStore) and hasattr(store, "awrite"):
+    if isinstance(store, AsyncLogStore):
         return store
-    if isinstance(store, LogStore) and hasattr(store, "write"):
+    if isinstance(store, LogStore):
         return _ThreadedLog(store)
-    if isinstance(store, (AsyncStore, Store)):
-        return AsyncWholeStateLog(store)
-    raise v.type_error("store", "a rollmem AsyncLogStore, LogStore, AsyncStore or Store", store)
+    raise v.type_error("store", "a rollmem AsyncLogStore or LogStore", store)
 
 
 class AsyncSessions(_SessionsBase[M]):
     """:class:`Sessions` for async code: ``async with sessions.open(id) as mem``.
 
-    Takes an :class:`~rollmem.stores.AsyncLogStore` or :class:`~rollmem.stores.AsyncStore`, or
-    their blocking twins (called from worker threads, never on the event loop). Memories may
+    Takes an :class:`~rollmem.stores.AsyncLogStore`, or a blocking
+    :class:`~rollmem.stores.LogStore` (called from worker threads, never on the event loop). Memories may
     be async (:class:`~rollmem.AsyncRollingMemory`, :class:`~rollmem.AsyncSummaryMemory`) or
     sync. Before a write, the folds an async memory runs in the background are awaited, so
     the write includes them; a failure of one is raised and nothing is written. ``on_evict``
@@ -669,7 +606,7 @@ class AsyncSessions(_SessionsBase[M]):
 
     def __init__(
         self,
-        store: Union[AsyncLogStore, LogStore, AsyncStore, Store],
+        store: Union[AsyncLogStore, LogStore],
         factory: Callable[[], M],
         *,
         ttl: Optional[float] = None,
@@ -682,7 +619,7 @@ class AsyncSessions(_SessionsBase[M]):
         self._log = log
 
     @property
-    def store(self) -> Union[AsyncLogStore, LogStore, AsyncStore, Store]:
+    def store(self) -> Union[AsyncLogStore, LogStore]:
         """Where the sessions are kept."""
         return self._store
 
@@ -763,26 +700,22 @@ class AsyncSessions(_SessionsBase[M]):
         await self.aclose()
 
     async def _run(self, flow: _Flow[_T]) -> _T:
-        done, item = _advance(flow, None, None)
-        while not done:
-            try:
-                value, error = await self._perform(item), None
-            except _WrittenThenCancelled as late:  # the write landed: finish the flow, then cancel
-                done, item = _advance(flow, late.head, None)
-                if not done:
-                    flow.close()
-                    raise late.cancel from None
-                raise _CommittedThenCancelled(item, late.cancel) from None
-            except Exception as exc:
-                value, error = None, exc
-            done, item = _advance(flow, value, error)
-        return cast(_T, item)
+        """Run ``flow``; when the task was cancelled while a write was in flight and that write
+        committed, the flow goes on with its head and ends (a later request raises the
+        cancellation into it), then :class:`_CommittedThenCancelled` carries what it committed."""
+        cancelled: list[BaseException] = []
+        value = await arun(flow, functools.partial(self._perform, cancelled))
+        if cancelled:
+            raise _CommittedThenCancelled(cast("Sequence[Change]", value), cancelled[0])
+        return value
 
-    async def _perform(self, request: _Request) -> Any:
+    async def _perform(self, cancelled: list[BaseException], request: _Request) -> Any:
+        if cancelled:
+            raise cancelled[0]
         if isinstance(request, _Load):
             return await self._log.aload(request.session_id, request.since)
         if isinstance(request, _Write):
-            return await _shielded_write(self._log, request)
+            return await _shielded_write(self._log, request, cancelled)
         if isinstance(request, _Sleep):
             return await asyncio.sleep(request.seconds)
         memory = request.memory
@@ -794,15 +727,6 @@ class AsyncSessions(_SessionsBase[M]):
         return changes
 
 
-class _WrittenThenCancelled(BaseException):
-    """The task was cancelled while its write was in flight, and the write committed."""
-
-    def __init__(self, head: Head, cancel: BaseException) -> None:
-        super().__init__(head)
-        self.head = head
-        self.cancel = cancel
-
-
 class _CommittedThenCancelled(BaseException):
     """A block's flow committed these changes, then the task was cancelled: hooks, then cancel."""
 
@@ -812,11 +736,11 @@ class _CommittedThenCancelled(BaseException):
         self.cancel = cancel
 
 
-async def _shielded_write(log: AsyncLogStore, request: _Write) -> Head:
+async def _shielded_write(log: AsyncLogStore, request: _Write, cancelled: list[BaseException]) -> Head:
     """``awrite`` shielded from cancellation: a cancelled task first learns how its write ended
     (a thread-backed store's write goes on anyway, a server may have applied it), so a committed
-    eviction still reaches ``on_evict`` (:class:`_WrittenThenCancelled`) and an uncommitted one
-    never does."""
+    eviction still reaches ``on_evict`` (the write's head is returned and the cancellation kept
+    in ``cancelled``) and an uncommitted one never does (the cancellation is raised)."""
     write = asyncio.ensure_future(log.awrite(request.session_id, request.change))
     try:
         return await asyncio.shield(write)
@@ -825,7 +749,8 @@ async def _shielded_write(log: AsyncLogStore, request: _Write) -> Head:
             head = await write
         except Exception:
             raise cancel from None
-        raise _WrittenThenCancelled(head, cancel) from None
+        cancelled.append(cancel)
+        return head
 
 
 async def _settle(memory: Any) -> None:

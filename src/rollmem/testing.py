@@ -15,8 +15,7 @@ them raises :class:`~rollmem.errors.MissingExtraError` naming the extra. ``impor
 imports it.
 
 Subclass :class:`LogStoreContract` (sync ``load``/``write``/... methods) and/or
-:class:`AsyncLogStoreContract` (``a``-methods, each test is one ``asyncio.run``) for a log store,
-:class:`StoreContract` / :class:`AsyncStoreContract` for a whole-state store, in a test module
+:class:`AsyncLogStoreContract` (``a``-methods, each test is one ``asyncio.run``) in a test module
 pytest collects, and define ``make_store(self)``, returning a new, empty store for each test::
 
     from rollmem.stores import MemoryStore
@@ -26,12 +25,11 @@ pytest collects, and define ``make_store(self)``, returning a new, empty store f
         def make_store(self) -> MemoryStore:
             return MemoryStore()
 
-Each scenario is written once, as a generator that yields call and pause steps
-and receives their results (or has their exception thrown in); the classes only drive it, with
-blocking or awaited calls. Server backends get :func:`service_url` (skip, or fail under
-``ROLLMEM_REQUIRE_SERVICES=1``) and :func:`compare_and_set_in_processes`; :func:`create`,
-:func:`append`, :func:`entry` and :func:`texts` build and read log writes in your own tests, and
-:class:`DictStore` is a minimal third-party-style whole-state store.
+Each scenario is written once, as a generator flow that yields call and pause steps and
+receives their results (or has their exception thrown in), run by :func:`rollmem._flow.run`
+with blocking calls or :func:`~rollmem._flow.arun` with awaited ones. Server backends get
+:func:`service_url` (skip, or fail under ``ROLLMEM_REQUIRE_SERVICES=1``); :func:`create`,
+:func:`append`, :func:`entry` and :func:`texts` build and read log writes in your own tests.
 """
 
 from __future__ import annotations
@@ -42,11 +40,10 @@ for _module, _package in (("pytest", "pytest"), ("hypothesis", "hypothesis")):
     _extras.import_extra(_module, package=_package, extra="testing", feature="rollmem.testing")
 
 import asyncio  # noqa: E402
+import functools  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
-import multiprocessing  # noqa: E402
 import os  # noqa: E402
-import queue  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -72,19 +69,17 @@ from ._app_testing import (  # noqa: E402
     async_memory_sessions,
     memory_sessions,
 )
-from .errors import ConflictError  # noqa: E402
-from .stores import Head, LogEntry, LogWrite, StoredLog, StoredSession  # noqa: E402
-from .stores.rules import apply_write, check_prefix, check_save, check_session_id, conflict  # noqa: E402
+from ._flow import arun, run  # noqa: E402
+from .errors import ConflictError, StoreUnavailableError  # noqa: E402
+from .stores import Head, LogEntry, LogWrite, StoredLog  # noqa: E402
+from .stores.rules import apply_write  # noqa: E402
 
 __all__ = [
     "AsyncLogStoreContract",
-    "AsyncStoreContract",
-    "DictStore",
     "FakeLLM",
     "LogStoreContract",
     "RecordingCounter",
     "RecordingSummarizer",
-    "StoreContract",
     "SummarizerDown",
     "append",
     "assert_anthropic_accepts",
@@ -93,8 +88,6 @@ __all__ = [
     "assert_responses_accepts",
     "assert_summarized_once",
     "async_memory_sessions",
-    "compare_and_set_in_processes",
-    "compare_and_set_loop",
     "create",
     "entry",
     "memory_sessions",
@@ -135,42 +128,23 @@ def _pause(seconds: float) -> _Pause:
     return _Pause(seconds)
 
 
-def _next_step(steps: Scenario, result: Any, error: Optional[Exception]) -> Optional[Step]:
+def _perform(store: Any, step: Step) -> Any:
+    """Perform a step with the store's blocking methods."""
+    if isinstance(step, _Pause):
+        return time.sleep(step.seconds)
+    return getattr(store, step.method)(*step.args)
+
+
+async def _aperform(store: Any, step: Step) -> Any:
+    """Perform a step with the store's ``a``-methods."""
+    if isinstance(step, _Pause):
+        return await asyncio.sleep(step.seconds)
+    return await getattr(store, "a" + step.method)(*step.args)
+
+
+async def _arun_then_close(store: Any, steps: Scenario) -> None:
     try:
-        return steps.send(result) if error is None else steps.throw(error)
-    except StopIteration:
-        return None
-
-
-def _drive(store: Any, steps: Scenario) -> None:
-    """Run a scenario with the store's blocking methods."""
-    step = _next_step(steps, None, None)
-    while step is not None:
-        result, error = None, None
-        if isinstance(step, _Pause):
-            time.sleep(step.seconds)
-        else:
-            try:
-                result = getattr(store, step.method)(*step.args)
-            except Exception as exc:
-                error = exc
-        step = _next_step(steps, result, error)
-
-
-async def _adrive(store: Any, steps: Scenario) -> None:
-    """Run a scenario with the store's ``a``-methods, then ``aclose`` the store."""
-    try:
-        step = _next_step(steps, None, None)
-        while step is not None:
-            result, error = None, None
-            if isinstance(step, _Pause):
-                await asyncio.sleep(step.seconds)
-            else:
-                try:
-                    result = await getattr(store, "a" + step.method)(*step.args)
-                except Exception as exc:
-                    error = exc
-            step = _next_step(steps, result, error)
+        await arun(steps, functools.partial(_aperform, store))
     finally:
         await store.aclose()
 
@@ -178,7 +152,7 @@ async def _adrive(store: Any, steps: Scenario) -> None:
 def _scenario(method: Callable[[Any], Scenario]) -> Callable[[Any, Any], None]:
     """Turn a scenario method into a test method that takes the ``store`` fixture."""
 
-    def test(self: _Contract, store: Any) -> None:
+    def test(self: _LogContract, store: Any) -> None:
         self.run(store, method(self))
 
     test.__name__ = method.__name__
@@ -187,399 +161,10 @@ def _scenario(method: Callable[[Any], Scenario]) -> Callable[[Any, Any], None]:
     return test
 
 
-STATE = json.dumps({"version": 2, "summary": "", "buffer": [{"role": "user", "content": "hi"}]})
-
-ODD_TEXTS = [
-    "",
-    "not json {",
-    '{"version": 999}',
-    'héllo wörld 🌍 \n\t "quoted" \\ back\\slash \u2028 ; DROP TABLE x; --',
-    "x" * 300_000,
-]
-
 ODD_IDS = ["alice", "with space", "quote'\"", "semi;colon", "colon:a:b", "star*?[x]", "ünï🌍", "x" * 500]
 
 
-# A fixed alphabet spares Hypothesis building its Unicode tables (too_slow on a fresh checkout).
-_ALPHABET = 'ab Z09_\n\t"\\{}[]:,é中😀'
 _KEYS = st.sampled_from(["a", "a/b", "b", "ab"])
-_OPERATION = st.one_of(
-    st.tuples(
-        st.just("save"),
-        _KEYS,
-        st.text(alphabet=_ALPHABET, max_size=20),
-        st.sampled_from([0, 0, 0, -1, 1, 2]),
-    ),
-    st.tuples(st.sampled_from(["delete", "load"]), _KEYS),
-    st.tuples(st.just("ids"), st.sampled_from(["", "a", "a/"])),
-)
-
-
-class _Blocking:
-    """Runs a contract's scenarios through the blocking methods; the store is closed after each
-    test."""
-
-    def make_store(self) -> Any:
-        raise NotImplementedError
-
-    @_fixture
-    def store(self) -> Iterator[Any]:
-        store = self.make_store()
-        try:
-            yield store
-        finally:
-            store.close()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        _drive(store, steps)
-
-
-class _Awaiting:
-    """Runs a contract's scenarios through the ``a``-methods, each in one ``asyncio.run`` (the
-    scenario ends with ``aclose()``)."""
-
-    def make_store(self) -> Any:
-        raise NotImplementedError
-
-    @_fixture
-    def store(self) -> Any:
-        return self.make_store()
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        asyncio.run(_adrive(store, steps))
-
-
-class _Contract:
-    """The scenarios; subclasses supply ``make_store`` and how a scenario runs."""
-
-    ttl: ClassVar[float] = 0.2
-    """The short ttl used by the expiry scenarios; they sleep twice as long."""
-    expires_natively: ClassVar[bool] = False
-    """True for stores whose expired sessions vanish by themselves (``purge_expired`` finds none)."""
-
-    def make_store(self) -> Any:
-        raise NotImplementedError
-
-    def run(self, store: Any, steps: Scenario) -> None:
-        raise NotImplementedError
-
-    @_scenario
-    def test_round_trip_and_revisions(self) -> Scenario:
-        assert (yield _call("load", "s1")) is None
-        assert (yield _call("save", "s1", STATE, 0)) == 1
-        assert (yield _call("load", "s1")) == StoredSession(STATE, 1)
-        assert (yield _call("save", "s1", "second", 1)) == 2
-        assert (yield _call("save", "s1", "third", 2)) == 3
-        assert (yield _call("load", "s1")) == StoredSession("third", 3)
-        assert (yield _call("save", "s2", "other", 0)) == 1, "revisions are per session"
-        assert (yield _call("load", "s1")) == StoredSession("third", 3)
-
-    @_scenario
-    def test_stored_text_comes_back_verbatim(self) -> Scenario:
-        """Bad or odd data is kept and returned as text: parsing is the sessions layer's job."""
-        for index, text in enumerate(ODD_TEXTS):
-            assert (yield _call("save", f"t{index}", text, 0)) == 1
-        for index, text in enumerate(ODD_TEXTS):
-            assert (yield _call("load", f"t{index}")) == StoredSession(text, 1)
-
-    @_scenario
-    def test_odd_session_ids(self) -> Scenario:
-        for session_id in ODD_IDS:
-            assert (yield _call("save", session_id, session_id, 0)) == 1
-        for session_id in ODD_IDS:
-            assert (yield _call("load", session_id)) == StoredSession(session_id, 1)
-        assert (yield _call("ids")) == sorted(ODD_IDS)
-
-    @_scenario
-    def test_stale_revision_conflicts_and_writes_nothing(self) -> Scenario:
-        yield _call("save", "s", "one", 0)
-        yield _call("save", "s", "two", 1)
-        for stale in (1, 3, 99):
-            with pytest.raises(ConflictError, match="'s'"):
-                yield _call("save", "s", "lost", stale, 60)
-        assert (yield _call("load", "s")) == StoredSession("two", 2)
-        assert (yield _call("save", "s", "three", 2)) == 3
-
-    @_scenario
-    def test_create_when_exists_conflicts_and_writes_nothing(self) -> Scenario:
-        yield _call("save", "s", "first", 0)
-        with pytest.raises(ConflictError, match="new session"):
-            yield _call("save", "s", "second", 0)
-        assert (yield _call("load", "s")) == StoredSession("first", 1)
-
-    @_scenario
-    def test_update_when_absent_conflicts_and_writes_nothing(self) -> Scenario:
-        with pytest.raises(ConflictError, match="'ghost'"):
-            yield _call("save", "ghost", "boo", 1)
-        assert (yield _call("load", "ghost")) is None
-        assert (yield _call("ids")) == []
-
-    @_scenario
-    def test_delete(self) -> Scenario:
-        assert (yield _call("delete", "s")) is False
-        yield _call("save", "s", "one", 0)
-        yield _call("save", "s", "two", 1)
-        yield _call("save", "keep", "kept", 0)
-        assert (yield _call("delete", "s")) is True
-        assert (yield _call("load", "s")) is None
-        assert (yield _call("delete", "s")) is False
-        with pytest.raises(ConflictError):
-            yield _call("save", "s", "stale", 2)
-        assert (yield _call("save", "s", "again", 0)) == 1, "a deleted session starts over"
-        assert (yield _call("load", "keep")) == StoredSession("kept", 1)
-
-    @_scenario
-    def test_ids_sorted_by_prefix(self) -> Scenario:
-        assert (yield _call("ids")) == []
-        for session_id in ["b", "a", "c/2", "c/1", "ca", "gone"]:
-            yield _call("save", session_id, "x", 0)
-        yield _call("delete", "gone")
-        assert (yield _call("ids")) == ["a", "b", "c/1", "c/2", "ca"]
-        assert (yield _call("ids", "")) == ["a", "b", "c/1", "c/2", "ca"]
-        assert (yield _call("ids", "c")) == ["c/1", "c/2", "ca"]
-        assert (yield _call("ids", "c/")) == ["c/1", "c/2"]
-        assert (yield _call("ids", "c/1")) == ["c/1"]
-        assert (yield _call("ids", "zzz")) == []
-
-    @_scenario
-    def test_ids_prefix_is_literal_and_case_sensitive(self) -> Scenario:
-        """No LIKE, glob or regex meaning leaks into the prefix."""
-        names = ["a%b", "a_b", "a*b", "a?b", "a[b]", "a\\b", "a.b", "A_b", "axb", "ab"]
-        for session_id in names:
-            yield _call("save", session_id, "x", 0)
-        for prefix in ["a%", "a_", "a*", "a?", "a[", "a\\", "a.", "A"]:
-            assert (yield _call("ids", prefix)) == [n for n in names if n.startswith(prefix)], prefix
-        assert (yield _call("ids", "a")) == sorted(n for n in names if n.startswith("a"))
-
-    @_scenario
-    def test_ttl_expiry(self) -> Scenario:
-        yield _call("save", "short", "s", 0, self.ttl)
-        yield _call("save", "long", "l", 0, 60)
-        yield _call("save", "forever", "f", 0)
-        yield _call("save", "made-permanent", "p", 0, self.ttl)
-        yield _call("save", "made-permanent", "p2", 1)
-        yield _call("save", "renewed", "r", 0, self.ttl)
-        yield _call("save", "renewed", "r2", 1, 60)
-        yield _call("save", "deleted-late", "d", 0, self.ttl)
-        yield _call("save", "conflicted", "c", 0)
-        with pytest.raises(ConflictError):
-            yield _call("save", "conflicted", "lost", 0, self.ttl)
-        assert (yield _call("load", "short")) == StoredSession("s", 1)
-        assert "short" in (yield _call("ids"))
-        yield _pause(self.ttl * 2)
-        assert (yield _call("load", "short")) is None
-        assert (yield _call("ids")) == ["conflicted", "forever", "long", "made-permanent", "renewed"]
-        assert (yield _call("load", "made-permanent")) == StoredSession("p2", 2)
-        assert (yield _call("load", "renewed")) == StoredSession("r2", 2)
-        assert (yield _call("load", "conflicted")) == StoredSession("c", 1), "a lost save set no ttl"
-        assert (yield _call("delete", "deleted-late")) is False, "an expired session is not live"
-        with pytest.raises(ConflictError, match=r"absent or expired|another writer"):
-            yield _call("save", "short", "late", 1)
-        assert (yield _call("save", "short", "new", 0)) == 1, "an expired session starts over"
-        assert (yield _call("load", "short")) == StoredSession("new", 1)
-
-    @_scenario
-    def test_purge_expired(self) -> Scenario:
-        yield _call("save", "a", "x", 0, self.ttl)
-        yield _call("save", "b", "x", 0, self.ttl)
-        yield _call("save", "c", "x", 0)
-        yield _call("save", "d", "x", 0, 60)
-        assert (yield _call("purge_expired")) == 0
-        yield _pause(self.ttl * 2)
-        assert (yield _call("purge_expired")) == (0 if self.expires_natively else 2)
-        assert (yield _call("purge_expired")) == 0
-        assert (yield _call("ids")) == ["c", "d"]
-        assert (yield _call("load", "c")) == StoredSession("x", 1)
-
-    @_scenario
-    def test_bad_arguments_raise_and_write_nothing(self) -> Scenario:
-        bad_saves: list[tuple[type[Exception], str, tuple[Any, ...]]] = [
-            (TypeError, "session_id: expected str, got int", (7, "x", 0)),
-            (ValueError, "session_id must not be empty", ("", "x", 0)),
-            (ValueError, "session_id must not contain NUL", ("a\x00b", "x", 0)),
-            (ValueError, "session_id must be valid Unicode", ("\ud800", "x", 0)),
-            (TypeError, "state: expected str, got bytes", ("s", b"x", 0)),
-            (ValueError, "state must not contain NUL", ("s", "a\x00", 0)),
-            (TypeError, "expected_revision: expected int, got bool", ("s", "x", False)),
-            (TypeError, "expected_revision: expected int, got float", ("s", "x", 0.0)),
-            (ValueError, "expected_revision must be >= 0, got -1", ("s", "x", -1)),
-            (TypeError, "ttl: expected a number of seconds or None, got str", ("s", "x", 0, "5")),
-            (TypeError, "ttl: expected a number of seconds or None, got bool", ("s", "x", 0, True)),
-            (ValueError, "ttl must be a finite number > 0, got 0", ("s", "x", 0, 0)),
-            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, -1.5)),
-            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, float("nan"))),
-            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, float("inf"))),
-            (ValueError, "ttl must be a finite number > 0", ("s", "x", 0, 10**400)),
-        ]
-        for error, message, args in bad_saves:
-            with pytest.raises(error, match=re.escape(message)):
-                yield _call("save", *args)
-        for method in ("load", "delete"):
-            with pytest.raises(TypeError, match="session_id: expected str, got None"):
-                yield _call(method, None)
-        with pytest.raises(TypeError, match="prefix: expected str, got bytes"):
-            yield _call("ids", b"s")
-        assert (yield _call("ids")) == []
-
-
-class StoreContract(_Blocking, _Contract):
-    """The contract through the blocking methods, plus threads racing on one session."""
-
-    def test_threads_never_lose_an_update(self, store: Any) -> None:
-        threads, saves = 6, 25
-        won: list[list[int]] = [[] for _ in range(threads)]
-        errors: list[BaseException] = []
-
-        def work(index: int) -> None:
-            try:
-                won[index] = compare_and_set_loop(store, "race", saves)
-            except BaseException as exc:
-                errors.append(exc)
-
-        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        assert errors == []
-        _assert_every_increment_won_once(store.load("race"), won, threads * saves)
-
-    @settings(
-        max_examples=20,
-        deadline=None,
-        # one store per test is right here; each subclass runs the same test on its own store
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
-    )
-    @given(operations=st.lists(_OPERATION, max_size=20))
-    def test_random_operations_match_a_model(self, store: Any, operations: list[tuple[Any, ...]]) -> None:
-        """Any sequence of saves (right or wrong revision), deletes, loads and ids agrees with a dict."""
-        namespace = f"{uuid.uuid4().hex}/"
-        model: dict[str, StoredSession] = {}
-        for operation, key, *rest in operations:
-            session_id = namespace + key
-            current = model.get(session_id)
-            if operation == "save":
-                state, offset = rest
-                live = 0 if current is None else current.revision
-                expected = max(0, live + offset)
-                if expected == live:
-                    assert store.save(session_id, state, expected) == live + 1
-                    model[session_id] = StoredSession(state, live + 1)
-                else:
-                    with pytest.raises(ConflictError):
-                        store.save(session_id, state, expected)
-            elif operation == "delete":
-                assert store.delete(session_id) is (model.pop(session_id, None) is not None)
-            elif operation == "load":
-                assert store.load(session_id) == current
-            else:
-                assert store.ids(session_id) == sorted(i for i in model if i.startswith(session_id))
-
-
-class AsyncStoreContract(_Awaiting, _Contract):
-    """The contract through the ``a``-methods: each test is one ``asyncio.run`` that ends with
-    ``aclose()``; plus tasks racing on one session."""
-
-    def test_tasks_never_lose_an_update(self, store: Any) -> None:
-        tasks, saves = 6, 25
-
-        async def main() -> tuple[list[list[int]], Optional[StoredSession]]:
-            try:
-                won = await asyncio.gather(
-                    *(_acompare_and_set_loop(store, "race", saves) for _ in range(tasks))
-                )
-                return list(won), await store.aload("race")
-            finally:
-                await store.aclose()
-
-        won, final = asyncio.run(main())
-        _assert_every_increment_won_once(final, won, tasks * saves)
-
-
-# Helpers for concurrency tests (threads, tasks, processes) against any store.
-
-
-def _next_count(current: Optional[StoredSession]) -> tuple[str, int]:
-    count = 0 if current is None else json.loads(current.state)["count"]
-    return json.dumps({"count": count + 1}), 0 if current is None else current.revision
-
-
-def compare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
-    """Increment a counter in the session ``saves`` times with load + compare-and-set,
-    retrying on ``ConflictError``; return the revisions this caller's saves created. A short
-    sleep between load and save lets other writers in, so even a fast store sees conflicts."""
-    won: list[int] = []
-    while len(won) < saves:
-        state, revision = _next_count(store.load(session_id))
-        time.sleep(0.0005)
-        try:
-            won.append(store.save(session_id, state, revision))
-        except ConflictError:
-            continue
-    return won
-
-
-async def _acompare_and_set_loop(store: Any, session_id: str, saves: int) -> list[int]:
-    """Async twin of :func:`compare_and_set_loop`."""
-    won: list[int] = []
-    while len(won) < saves:
-        state, revision = _next_count(await store.aload(session_id))
-        await asyncio.sleep(0)
-        try:
-            won.append(await store.asave(session_id, state, revision))
-        except ConflictError:
-            continue
-    return won
-
-
-def _assert_every_increment_won_once(
-    final: Optional[StoredSession], won: list[list[int]], total: int
-) -> None:
-    """No update lost or duplicated: the counter and the revision both reached ``total``, and
-    each revision 1..total was created by exactly one save."""
-    assert final is not None
-    assert final.revision == total
-    assert json.loads(final.state) == {"count": total}
-    assert sorted(r for revisions in won for r in revisions) == list(range(1, total + 1))
-
-
-def _process_worker(
-    make_store: Callable[[], Any], session_id: str, saves: int, start: Any, results: Any
-) -> None:
-    store = make_store()
-    try:
-        start.wait()
-        results.put(compare_and_set_loop(store, session_id, saves))
-    finally:
-        store.close()
-
-
-def compare_and_set_in_processes(
-    make_store: Callable[[], Any], session_id: str, processes: int, saves: int
-) -> list[list[int]]:
-    """Run :func:`compare_and_set_loop` in ``processes`` spawned processes that start together,
-    each building its own store with the picklable ``make_store``; return each one's revisions."""
-    context = multiprocessing.get_context("spawn")
-    start, results = context.Barrier(processes), context.Queue()
-    workers = [
-        context.Process(target=_process_worker, args=(make_store, session_id, saves, start, results))
-        for _ in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    won: list[list[int]] = []
-    deadline = time.monotonic() + 120
-    while len(won) < processes:
-        try:
-            won.append(results.get(timeout=0.2))
-        except queue.Empty:
-            failed = [worker.exitcode for worker in workers if worker.exitcode not in (None, 0)]
-            assert not failed, f"worker processes failed with exit codes {failed}"
-            assert time.monotonic() < deadline, "worker processes timed out"
-    for worker in workers:
-        worker.join(timeout=30)
-        assert worker.exitcode == 0
-    return won
 
 
 def service_url(variable: str, how_to_start: str) -> str:
@@ -751,6 +336,30 @@ class _LogContract:
         assert (folded.delta, texts(folded)) == (False, ["b", "c"]), "after a fold, everything"
 
     @_scenario
+    def test_every_cost_a_memory_accepts_round_trips(self) -> Scenario:
+        """0 to 2**63 - 1, a signed 64-bit column's range (larger costs are refused above)."""
+        costs = (0, -1, 2**63 - 1)
+        yield _call("write", "s", LogWrite("", tuple(entry("m", cost) for cost in costs), create=True))
+        assert [e.cost for e in (yield _call("load", "s")).entries] == list(costs)
+
+    @_scenario
+    def test_a_closed_store_refuses_every_call(self) -> Scenario:
+        """After ``close()`` (``aclose()``) every call raises ``StoreUnavailableError``, ``... is
+        closed``, and opens nothing again; closing twice is harmless."""
+        head = yield _call("write", "s", create("a"))
+        yield _call("close")
+        yield _call("close")
+        for step in (
+            _call("load", "s"),
+            _call("write", "s", append(head, "b")),
+            _call("delete", "s"),
+            _call("ids"),
+            _call("purge_expired"),
+        ):
+            with pytest.raises(StoreUnavailableError, match=r" is closed$"):
+                yield step
+
+    @_scenario
     def test_odd_texts_and_ids_round_trip(self) -> Scenario:
         odd = 'héllo 🌍 \n\t "q" \\ \u2028 ; DROP TABLE x; --'
         for session_id in ODD_IDS:
@@ -848,6 +457,11 @@ class _LogContract:
                 ("s", LogWrite("", (LogEntry("{}", -2),), create=True)),
             ),
             (
+                ValueError,
+                "change.entries[0].cost must be < 2**63, got 9223372036854775808",
+                ("s", LogWrite("", (LogEntry("{}", 2**63),), create=True)),
+            ),
+            (
                 TypeError,
                 "change.expected_revision: expected int, got bool",
                 ("s", LogWrite("i", expected_revision=True)),
@@ -916,8 +530,20 @@ def _model_write(
     model[session_id] = (head, entries)
 
 
-class LogStoreContract(_Blocking, _LogContract):
-    """The log contract through the blocking methods, plus threads racing on one session."""
+class LogStoreContract(_LogContract):
+    """The log contract through the blocking methods (the store closed after each test), plus
+    threads racing on one session."""
+
+    @_fixture
+    def store(self) -> Iterator[Any]:
+        store = self.make_store()
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        run(steps, functools.partial(_perform, store))
 
     def test_with_block_closes_the_store(self) -> None:
         """``with store:`` gives the store and closes it at the end; closing again is harmless."""
@@ -1040,8 +666,15 @@ class LogStoreContract(_Blocking, _LogContract):
         assert sorted(seen) == sorted(f"w{i}-{n}" for i in range(appenders) for n in range(count))
 
 
-class AsyncLogStoreContract(_Awaiting, _LogContract):
+class AsyncLogStoreContract(_LogContract):
     """The log contract through the ``a``-methods, each test one ``asyncio.run`` ending with ``aclose()``."""
+
+    @_fixture
+    def store(self) -> Any:
+        return self.make_store()
+
+    def run(self, store: Any, steps: Scenario) -> None:
+        asyncio.run(_arun_then_close(store, steps))
 
     def test_async_with_block_closes_the_store(self) -> None:
         """``async with store:`` gives the store and closes it with ``aclose()``; again is harmless."""
@@ -1075,54 +708,3 @@ class AsyncLogStoreContract(_Awaiting, _LogContract):
         assert sorted(texts(stored)) == sorted(f"t{i}-{n}" for i in range(6) for n in range(10))
         assert stored is not None
         assert [e.seq for e in stored.entries] == list(range(60))
-
-
-class DictStore:
-    """A whole-state store as a third party writes it against the original protocol (load/save
-    with compare-and-set, expiry), kept in a dict: sessions reach it through the generic adapter."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, StoredSession] = {}
-        self.expiry: dict[str, float] = {}
-        self.saves = 0
-
-    def _expire(self) -> int:
-        gone = [i for i, at in self.expiry.items() if at <= time.monotonic()]
-        for session_id in gone:
-            del self.sessions[session_id], self.expiry[session_id]
-        return len(gone)
-
-    def load(self, session_id: str) -> Optional[StoredSession]:
-        check_session_id(session_id)
-        self._expire()
-        return self.sessions.get(session_id)
-
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
-        check_save(session_id, state, expected_revision, ttl)
-        current = self.load(session_id)
-        live = 0 if current is None else current.revision
-        if live != expected_revision:
-            raise conflict(session_id, expected_revision, live)
-        self.saves += 1
-        self.sessions[session_id] = StoredSession(state, expected_revision + 1)
-        self.expiry.pop(session_id, None)
-        if ttl is not None:
-            self.expiry[session_id] = time.monotonic() + ttl
-        return expected_revision + 1
-
-    def delete(self, session_id: str) -> bool:
-        check_session_id(session_id)
-        self._expire()
-        self.expiry.pop(session_id, None)
-        return self.sessions.pop(session_id, None) is not None
-
-    def ids(self, prefix: str = "") -> list[str]:
-        check_prefix(prefix)
-        self._expire()
-        return sorted(i for i in self.sessions if i.startswith(prefix))
-
-    def purge_expired(self) -> int:
-        return 0  # expires by itself, as Redis does
-
-    def close(self) -> None:
-        pass

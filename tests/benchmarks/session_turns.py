@@ -14,10 +14,10 @@ offline, declaring its identity) and a fake summarizer, at budgets of 2,000 and 
 Stores: ``SQLiteStore`` always; ``RedisStore`` and ``PostgresStore`` when
 ``ROLLMEM_TEST_REDIS_URL`` / ``ROLLMEM_TEST_POSTGRES_DSN`` name servers (``source .ci/services``).
 Each is on the log layout (a head plus one row or list item per message). The baseline ``json``
-is the previous release's layout (one JSON state per session, compare-and-set saves) in SQLite,
-driven through the generic :class:`~rollmem.stores.WholeStateLog` adapter. Every store is
-wrapped to count the payload bytes it is handed (messages, summary, head fields; or the whole
-state); for Redis, the server's own ``INFO stats`` ``total_net_input_bytes`` is reported beside
+is a whole-state log store defined here (one JSON document per session in SQLite, loaded and
+saved whole at every write, by the rules of :func:`rollmem.stores.rules.apply_write`). Every
+store is wrapped to count the payload bytes it is handed (messages, summary, head fields; or the
+whole document); for Redis, the server's own ``INFO stats`` ``total_net_input_bytes`` is reported beside
 it as a witness (everything the client sent for the timed turns, loads included, per turn).
 Each session is filled untimed to steady state first; then turns are timed one by one
 (``perf_counter_ns``, garbage collector off); the median is reported.
@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -61,8 +62,8 @@ from rollmem.errors import ConflictError  # noqa: E402
 from rollmem.memory import AsyncRollingMemory, RollingMemory  # noqa: E402
 from rollmem.message import Message  # noqa: E402
 from rollmem.sessions import AsyncSessions, Sessions  # noqa: E402
-from rollmem.stores import Head, LogWrite, SQLiteStore, StoredLog, StoredSession  # noqa: E402
-from rollmem.stores.rules import conflict  # noqa: E402
+from rollmem.stores import Head, LogEntry, LogWrite, SQLiteStore, StoredLog  # noqa: E402
+from rollmem.stores.rules import Closing, apply_write  # noqa: E402
 from sessions._support import make_store  # noqa: E402
 
 BUDGETS = (2_000, 20_000)
@@ -92,38 +93,50 @@ class Summarizer:
         return (summary + f" [{len(messages)} messages about travel plans]")[-600:]
 
 
-class JsonSQLiteStore:
-    """The previous release's layout: one JSON state per session, compare-and-set on a revision."""
+class JsonSQLiteStore(Closing):
+    """The whole-state baseline: one JSON document per session (summary, head numbers and every
+    message), loaded, changed by the log rules and saved whole at every write."""
 
     def __init__(self, path: str) -> None:
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS s "
-            "(id TEXT PRIMARY KEY, state TEXT NOT NULL, revision INTEGER NOT NULL)"
-        )
+        self._conn.execute("CREATE TABLE IF NOT EXISTS s (id TEXT PRIMARY KEY, state TEXT NOT NULL)")
         self._lock = threading.Lock()
+        self.saved = 0
+        """The bytes of the last document saved."""
 
-    def load(self, session_id: str) -> Optional[StoredSession]:
+    def _read(self, session_id: str) -> tuple[Optional[Head], list[LogEntry]]:
+        row = self._conn.execute("SELECT state FROM s WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            return None, []
+        doc = json.loads(row[0])
+        dump = json.dumps
+        entries = [
+            LogEntry(dump(m, ensure_ascii=False, separators=(",", ":")), c, q) for m, c, q in doc["log"]
+        ]
+        return Head(*doc["head"]), entries
+
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         with self._lock:
-            row = self._conn.execute("SELECT state, revision FROM s WHERE id = ?", (session_id,)).fetchone()
-        return None if row is None else StoredSession(row[0], row[1])
+            head, entries = self._read(session_id)
+        return None if head is None else StoredLog(head, tuple(entries))
 
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
+    def write(self, session_id: str, change: LogWrite) -> Head:
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                row = self._conn.execute("SELECT revision FROM s WHERE id = ?", (session_id,)).fetchone()
-                live = 0 if row is None else row[0]
-                if live != expected_revision:
-                    raise conflict(session_id, expected_revision, live)
-                self._conn.execute("INSERT OR REPLACE INTO s VALUES (?, ?, ?)", (session_id, state, live + 1))
+                head, entries = apply_write(session_id, *self._read(session_id), change, uuid.uuid4().hex)
+                fields = [head.incarnation, head.revision, head.summary, head.tail, head.counter]
+                log = ",".join(f"[{e.message},{e.cost},{e.seq}]" for e in entries)
+                state = f'{{"head":{json.dumps(fields, ensure_ascii=False)},"log":[{log}]}}'
+                self._conn.execute("INSERT OR REPLACE INTO s VALUES (?, ?)", (session_id, state))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-        return expected_revision + 1
+        self.saved = len(state.encode())
+        return head
 
     def delete(self, session_id: str) -> bool:
         with self._lock:
@@ -147,8 +160,8 @@ def _write_bytes(change: LogWrite) -> int:
 
 
 class Metered:
-    """Wraps a log store or a whole-state store; counts the payload bytes it is handed and the kind
-    of each write."""
+    """Wraps a store; counts the payload bytes it is handed (the whole document, for the
+    baseline) and the writes that are not appends."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -158,30 +171,15 @@ class Metered:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-
-class MeteredLog(Metered):
     def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         return self.store.load(session_id, since)  # type: ignore[no-any-return]
 
     def write(self, session_id: str, change: LogWrite) -> Head:
-        self.bytes += _write_bytes(change)
+        head: Head = self.store.write(session_id, change)
+        self.bytes += self.store.saved if isinstance(self.store, JsonSQLiteStore) else _write_bytes(change)
         if not change.is_append:
             self.folds += 1
-        return self.store.write(session_id, change)  # type: ignore[no-any-return]
-
-
-class MeteredWhole(Metered):
-    def load(self, session_id: str) -> Optional[StoredSession]:
-        return self.store.load(session_id)  # type: ignore[no-any-return]
-
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
-        self.bytes += len(state.encode())
-        if '"revision":' in state:
-            revision = json.loads(state)["log"]["revision"]
-            if revision != getattr(self, "_revision", revision):
-                self.folds += 1
-            self._revision = revision
-        return self.store.save(session_id, state, expected_revision, ttl)  # type: ignore[no-any-return]
+        return head
 
 
 USER = (
@@ -230,7 +228,7 @@ class Run:
                 import redis
 
                 self.witness = redis.Redis.from_url(server(where))
-        self.metered: Metered = MeteredLog(store) if layout == "log" else MeteredWhole(store)
+        self.metered = Metered(store)
         self.counter = Counting(count)
         self.summarizer = Summarizer()
         self.shared = Sessions(self.metered, self.factory)

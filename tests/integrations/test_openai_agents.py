@@ -215,7 +215,7 @@ def test_is_an_agents_session() -> None:
         (
             {"session_id": "s", "store": object()},
             TypeError,
-            "store: expected a rollmem AsyncLogStore, LogStore, AsyncStore or Store",
+            "store: expected a rollmem AsyncLogStore or LogStore",
         ),
     ],
 )

@@ -25,12 +25,11 @@ from rollmem.errors import ConflictError
 from rollmem.memory import RollingMemory
 from rollmem.message import Message
 from rollmem.sessions import Sessions
-from rollmem.stores import Head, LogEntry, LogWrite, StoredLog, WholeStateLog
+from rollmem.stores import Head, LogEntry, LogWrite, StoredLog
 
 __all__ = [
     "CONTENDED",
     "Outcome",
-    "as_log",
     "contend",
     "contending_sessions",
     "fold_ids",
@@ -49,14 +48,9 @@ def fold_ids(summary: str, messages: Sequence[Message]) -> str:
     return " ".join([summary, *(m.content for m in messages)]).strip()
 
 
-def as_log(store: Any) -> Any:
-    """The store seen through the log protocol (a whole-state store through the adapter)."""
-    return store if hasattr(store, "write") else WholeStateLog(store)
-
-
 def stored_log(store: Any, session_id: str) -> Optional[StoredLog]:
     """What the store holds for a session, in the log protocol's terms."""
-    return as_log(store).load(session_id)
+    return store.load(session_id)
 
 
 def head_of(store: Any, session_id: str) -> Head:
@@ -68,7 +62,7 @@ def head_of(store: Any, session_id: str) -> Head:
 def put_messages(store: Any, session_id: str, messages: Sequence[str], summary: str = "") -> None:
     """Create a session holding these message JSON texts, verbatim."""
     entries = tuple(LogEntry(text, -1) for text in messages)
-    as_log(store).write(session_id, LogWrite("", entries, summary=summary, create=True))
+    store.write(session_id, LogWrite("", entries, summary=summary, create=True))
 
 
 def make_store(name: str, location: str, namespace: str) -> Any:

@@ -17,7 +17,6 @@ from typing import Any, Callable, TypeVar
 import pytest
 
 from rollmem.stores import MemoryStore
-from rollmem.testing import DictStore
 from stores.servers import (
     drop_redis_keys,
     drop_table,
@@ -30,7 +29,7 @@ from stores.servers import (
 
 from ._support import make_store
 
-ALL_BACKENDS = ("memory", "whole-state", "sqlite", "redis", "postgres")
+ALL_BACKENDS = ("memory", "sqlite", "redis", "postgres")
 SHARED_BACKENDS = ("sqlite", "redis", "postgres", "redis-cluster", "pgbouncer")  # seen by several processes
 
 _T = TypeVar("_T")
@@ -55,9 +54,7 @@ class Backend:
             self.location = redis_cluster_url()
         elif name == "pgbouncer":
             self.location = pgbouncer_dsn()
-        self._memory: Any = (
-            MemoryStore() if name == "memory" else DictStore() if name == "whole-state" else None
-        )
+        self._memory: Any = MemoryStore() if name == "memory" else None
 
     def store(self) -> Any:
         """A store on the shared namespace (the same one for every call: MemoryStore)."""
@@ -92,8 +89,7 @@ class Backend:
 
 @pytest.fixture(params=ALL_BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """Every backend, the in-process ones included ("whole-state": a third-party store written
-    against the original whole-state protocol, through the adapter)."""
+    """Every backend, the in-process one included."""
     chosen = Backend(request.param, tmp_path)
     yield chosen
     chosen.close()

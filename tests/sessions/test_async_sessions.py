@@ -13,8 +13,7 @@ from rollmem.errors import ConflictError, InvalidStateError, StateTypeError
 from rollmem.memory import AsyncRollingMemory, AsyncSummaryMemory, BufferMemory, RollingMemory
 from rollmem.message import Message
 from rollmem.sessions import AsyncSessions
-from rollmem.stores import MemoryStore, StoredSession
-from rollmem.testing import DictStore
+from rollmem.stores import Head, LogWrite, MemoryStore, StoredLog
 
 from ._support import fold_ids, put_messages
 from .conftest import Backend
@@ -218,22 +217,22 @@ def test_sync_memories_work_too() -> None:
 
 
 class BlockingOnlyStore:
-    """A whole-state store with only blocking methods (delegating to a DictStore) that records its threads."""
+    """A log store with only blocking methods (delegating to a MemoryStore) that records its threads."""
 
     def __init__(self) -> None:
-        self._store = DictStore()
+        self._store = MemoryStore()
         self.threads: set[int] = set()
 
     def _note(self) -> None:
         self.threads.add(threading.get_ident())
 
-    def load(self, session_id: str) -> Optional[StoredSession]:
+    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         self._note()
-        return self._store.load(session_id)
+        return self._store.load(session_id, since)
 
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
+    def write(self, session_id: str, change: LogWrite) -> Head:
         self._note()
-        return self._store.save(session_id, state, expected_revision, ttl)
+        return self._store.write(session_id, change)
 
     def delete(self, session_id: str) -> bool:
         self._note()
@@ -269,9 +268,7 @@ def test_a_blocking_store_is_called_off_the_event_loop() -> None:
 
 
 def test_bad_store_is_refused() -> None:
-    with pytest.raises(
-        TypeError, match=r"^store: expected a rollmem AsyncLogStore, LogStore, AsyncStore or Store, got dict$"
-    ):
+    with pytest.raises(TypeError, match=r"^store: expected a rollmem AsyncLogStore or LogStore, got dict$"):
         AsyncSessions({}, BufferMemory)  # type: ignore[arg-type]
 
 
@@ -295,8 +292,7 @@ def test_appending_tasks_never_conflict(backend: Backend) -> None:
         return sessions.retries, contents(stored)
 
     retries, kept = backend.run(main)
-    if backend.name != "whole-state":
-        assert retries == 0
+    assert retries == 0
     assert sorted(kept) == sorted(["start", *(f"t{t}-{i}" for t in range(16) for i in range(4))])
 
 

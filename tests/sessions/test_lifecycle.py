@@ -168,7 +168,8 @@ def test_a_long_session_id_round_trips_through_sessions(backend: Backend) -> Non
     assert sessions.ids() == []
 
 
-def test_memory_store_close_is_harmless() -> None:
+def test_sessions_on_a_closed_memory_store_raise_the_closed_error() -> None:
     with MemoryStore() as store:
         assert Sessions(store, BufferMemory).ids() == []
-    assert store.ids() == []
+    with pytest.raises(StoreUnavailableError, match=r"^<MemoryStore with 0 sessions> is closed$"):
+        Sessions(store, BufferMemory).ids()

@@ -16,7 +16,6 @@ from rollmem.memory import AsyncRollingMemory, BufferMemory, RollingMemory, Summ
 from rollmem.message import Message
 from rollmem.sessions import Sessions
 from rollmem.stores import Head, LogEntry, LogWrite, MemoryStore
-from rollmem.testing import DictStore
 
 from ._support import fold_ids, head_of, put_messages, stored_log
 from .conftest import Backend
@@ -438,9 +437,8 @@ def test_live_memory_is_dropped_when_the_store_moved_on(backend: Backend) -> Non
     with sessions.open("s") as again:
         assert contents(again) == ["one", "two"]  # the live memory took what the other appended
         again.add_user_message("three")
-    # a counter without identity: a log store hands over only what was appended ("two" counted
-    # once); through a whole-state store the memory is reloaded and counted again
-    assert counter.calls == (3 if hasattr(backend.store(), "write") else 4)
+    # a counter without identity: the store hands over only what was appended ("two" counted once)
+    assert counter.calls == 3
 
 
 def test_live_memory_is_not_reused_after_delete_and_recreate(backend: Backend) -> None:
@@ -542,9 +540,7 @@ def test_purge_expired_removes_what_expired(backend: Backend) -> None:
         with sessions.open(session_id):
             pass
     time.sleep(0.4)
-    assert sessions.purge_expired() == (
-        0 if backend.name in ("redis", "whole-state") else 2
-    )  # expired by itself
+    assert sessions.purge_expired() == (0 if backend.name == "redis" else 2)  # expired by itself
     assert sessions.ids() == []
 
 
@@ -573,8 +569,6 @@ def test_bad_stored_messages_name_the_session_and_others_still_load(
     backend: Backend, messages: list[str], error: type[Exception], path: str, message: str
 ) -> None:
     store = backend.store()
-    if not hasattr(store, "write") and messages == ["not json"]:
-        pytest.skip("a whole state embeds each message: text that is not JSON cannot be stored that way")
     sessions = Sessions(store, lambda: RollingMemory(100))
     with sessions.open("bob") as memory:
         memory.add_user_message("fine")
@@ -590,35 +584,6 @@ def test_bad_stored_messages_name_the_session_and_others_still_load(
     assert stored is not None
     assert contents(stored) == ["fine"]
     assert sessions.ids() == ["alice", "bob"]
-
-
-BAD_STATES = [
-    ("not json", InvalidStateError),
-    ("[]", InvalidStateError),
-    ('{"version":2,"summary":"","buffer":[],"log":{"seqs":[1]}}', InvalidStateError),
-]
-
-
-@pytest.mark.parametrize(("state", "error"), BAD_STATES)
-def test_bad_whole_state_names_the_session(state: str, error: type[Exception]) -> None:
-    store = DictStore()
-    store.save("alice", state, 0)
-    with pytest.raises(error, match=r"^session 'alice': stored state cannot be read as a session log"):
-        Sessions(store, BufferMemory).get("alice")
-
-
-def test_a_state_saved_by_the_previous_release_loads_and_converts_on_write() -> None:
-    store = DictStore()
-    store.save(
-        "s", json.dumps({"version": 1, "summary": "old", "buffer": [{"role": "user", "content": "x"}]}), 0
-    )
-    with Sessions(store, lambda: RollingMemory(100)).open("s") as memory:
-        assert (memory.summary, contents(memory)) == ("old", ["x"])
-        memory.add_user_message("y")
-    data = json.loads(store.sessions["s"].state)
-    assert data["version"] == 2
-    assert data["buffer"] == [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]
-    assert (data["log"]["costs"], data["log"]["counter"]) == ([1, 1], "words")  # costs with their identity
 
 
 # -- store failures --------------------------------------------------------------------------------------
@@ -661,7 +626,7 @@ def test_store_errors_propagate_and_nothing_stays_live() -> None:
 
 def test_bad_arguments_are_refused() -> None:
     store = MemoryStore()
-    with pytest.raises(TypeError, match=r"^store: expected a rollmem LogStore or Store, got str$"):
+    with pytest.raises(TypeError, match=r"^store: expected a rollmem LogStore, got str$"):
         Sessions("chat.db", BufferMemory)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^factory: "):
         Sessions(store, BufferMemory())  # type: ignore[arg-type]

@@ -1,14 +1,16 @@
 """Stores on hostile edges: an index per table however long its name, errors that never repeat a
-huge session id whole, unreadable stored bytes reported as InvalidStateError."""
+huge session id whole nor show a URL's password, unreadable stored bytes reported as
+InvalidStateError."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from rollmem.errors import ConflictError, InvalidStateError
+from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
 from rollmem.stores import LogWrite, MemoryStore
 
 from .servers import drop_redis_keys, drop_table, postgres_dsn, redis_url, unique_name
@@ -104,16 +106,52 @@ def test_redis_state_that_is_not_utf8_is_invalid_state(redis_store: Any) -> None
     import redis
 
     client = redis.Redis.from_url(redis_url())
-    try:  # a session of the whole-state layout, and the summary of a log-layout head
-        client.hset(
-            redis_store._tagged("s", "state"), mapping={"state": b"\xff\xfe not utf-8", "revision": 1}
-        )
+    try:  # the summary of a head
         client.hset(
             redis_store._key("t"), mapping={"incarnation": "i", "revision": 1, "tail": 0, "summary": b"\xff"}
         )
     finally:
         client.close()
-    with pytest.raises(InvalidStateError, match=r"^session 's': stored state is not valid UTF-8"):
-        redis_store.load("s")
     with pytest.raises(InvalidStateError, match=r"^session 't': stored summary is not valid UTF-8"):
         redis_store.load("t")
+
+
+# -- no error carries a URL's password ----------------------------------------------------------------
+
+SECRET = "S3cr3t"
+
+
+@pytest.mark.parametrize(
+    ("package", "make", "error"),
+    [
+        ("psycopg", lambda s: s.PostgresStore(f"postgresql://u:{SECRET}@[::1/db"), ValueError),
+        (
+            "psycopg",
+            lambda s: s.PostgresStore(f"postgresql://u:{SECRET}@127.0.0.1:1/db", timeout=1).load("s"),
+            StoreUnavailableError,
+        ),
+        ("redis", lambda s: s.RedisStore(f"redis://:{SECRET}@host:notaport/0"), ValueError),
+        ("redis", lambda s: s.RedisStore(f"redis://u:{SECRET}@[::1/0"), ValueError),
+        (
+            "redis",
+            lambda s: s.RedisStore(f"redis://:{SECRET}@127.0.0.1:1/0").load("s"),
+            StoreUnavailableError,
+        ),
+        (
+            "redis",
+            lambda s: s.RedisStore(f"redis://:{SECRET}@127.0.0.1:1/0", cluster=True).load("s"),
+            StoreUnavailableError,
+        ),
+    ],
+)
+def test_no_store_error_shows_a_urls_password(
+    package: str, make: Callable[[Any], Any], error: type[Exception]
+) -> None:
+    """Neither the message nor anything chained to it (the whole traceback as printed)."""
+    pytest.importorskip(package, reason=f"needs the {package} package")
+    import rollmem.stores
+
+    with pytest.raises(error) as caught:
+        make(rollmem.stores)
+    printed = "".join(traceback.format_exception(caught.type, caught.value, caught.tb))
+    assert SECRET not in printed

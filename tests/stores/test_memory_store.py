@@ -4,8 +4,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rollmem.stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store, WholeStateLog
-from rollmem.testing import AsyncLogStoreContract, DictStore, LogStoreContract, StoreContract, create
+from rollmem.stores import AsyncLogStore, LogStore, MemoryStore
+from rollmem.testing import AsyncLogStoreContract, LogStoreContract, create
 
 
 class TestMemoryStore(LogStoreContract):
@@ -18,31 +18,10 @@ class TestMemoryStoreAsync(AsyncLogStoreContract):
         return MemoryStore()
 
 
-class TestWholeStateAdapter(LogStoreContract):
-    """A third-party whole-state store, through the generic adapter: the same log contract."""
-
-    expires_natively = True
-    delta_loads = False
-
-    def make_store(self) -> WholeStateLog:
-        return WholeStateLog(DictStore())
-
-
-class TestDictStore(StoreContract):
-    """The whole-state contract itself, on the third-party store the adapter tests use."""
-
-    expires_natively = True
-
-    def make_store(self) -> DictStore:
-        return DictStore()
-
-
-def test_implements_both_log_protocols_and_not_the_whole_state_one() -> None:
+def test_implements_both_log_protocols() -> None:
     store = MemoryStore()
     assert isinstance(store, LogStore)
     assert isinstance(store, AsyncLogStore)
-    assert not isinstance(store, Store)
-    assert not isinstance(store, AsyncStore)
 
 
 def test_stores_are_independent() -> None:
@@ -52,11 +31,11 @@ def test_stores_are_independent() -> None:
     assert second.ids() == []
 
 
-def test_close_keeps_sessions_readable() -> None:
+def test_close_drops_the_sessions() -> None:
     store = MemoryStore()
     store.write("s", create("x"))
     store.close()
-    assert store.ids() == ["s"]
+    assert repr(store) == "<MemoryStore with 0 sessions>"
 
 
 def _docs_store_tests() -> type:

@@ -11,8 +11,6 @@ import rollmem.stores
 def test_public_names() -> None:
     assert rollmem.stores.__all__ == [
         "AsyncLogStore",
-        "AsyncStore",
-        "AsyncWholeStateLog",
         "Head",
         "LogEntry",
         "LogStore",
@@ -21,10 +19,7 @@ def test_public_names() -> None:
         "PostgresStore",
         "RedisStore",
         "SQLiteStore",
-        "Store",
         "StoredLog",
-        "StoredSession",
-        "WholeStateLog",
     ]
     assert set(rollmem.stores.__all__) <= set(dir(rollmem.stores))
 

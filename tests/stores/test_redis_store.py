@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import multiprocessing
 import re
 import threading
@@ -14,8 +13,8 @@ from typing import Any, Optional
 
 import pytest
 
-from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
-from rollmem.stores import Head, LogEntry, LogWrite
+from rollmem.errors import InvalidStateError, StoreUnavailableError
+from rollmem.stores import Head, LogWrite
 from rollmem.testing import AsyncLogStoreContract, LogStoreContract, append, create, texts
 
 from .servers import (
@@ -36,7 +35,7 @@ redis_asyncio = pytest.importorskip("redis.asyncio")
 redis_cluster = pytest.importorskip("redis.cluster")
 redis_asyncio_cluster = pytest.importorskip("redis.asyncio.cluster")
 
-from rollmem.stores.redis import RedisStore  # noqa: E402
+from rollmem.stores.redis import RedisStore, _write_args  # noqa: E402
 
 
 @pytest.fixture
@@ -78,8 +77,7 @@ def _append_worker(
 
 
 class _LogServerChecks(ServerStoreChecks):
-    """The server checks through the log protocol (the shared ones speak the whole-state one), for a
-    RedisStore (a subclass sets ``control`` and ``driver_error``)."""
+    """The server checks, for a RedisStore (a subclass sets ``control`` and ``driver_error``)."""
 
     store_name = "RedisStore"
     extra = "redis"
@@ -134,6 +132,13 @@ class TestRedisStore(_Isolated, LogStoreContract):
 class TestRedisStoreServer(_Isolated, _LogServerChecks):
     control = staticmethod(redis_ctl)
     driver_error = staticmethod(lambda: redis.exceptions.ConnectionError)
+
+    def server_connections(self) -> int:
+        counter = redis.Redis.from_url(self.url)
+        try:
+            return int(counter.info("clients")["connected_clients"])
+        finally:
+            counter.close()
 
 
 class TestRedisStoreAsync(_Isolated, AsyncLogStoreContract):
@@ -206,7 +211,13 @@ def test_layout_is_a_tagged_head_and_log_per_session(url: str, prefix: str, clie
     key, log = f"{prefix}{{alice}}:head", f"{prefix}{{alice}}:log"
     assert client.type(key) == b"hash"
     assert client.type(log) == b"list"
-    assert client.hmget(key, ["revision", "tail", "summary", "counter"]) == [b"1", b"2", b"", b"c"]
+    assert client.hmget(key, ["revision", "tail", "summary", "counter", "layout"]) == [
+        b"1",
+        b"2",
+        b"",
+        b"c",
+        b"2",
+    ]
     assert [item.split(b"\t", 2)[:2] for item in client.lrange(log, 0, -1)] == [[b"0", b"1"], [b"1", b"1"]]
     odd = f"{prefix}{{50%25 %7Bodd%7D}}"
     expected = [key, log, odd + ":head", odd + ":log"]
@@ -252,7 +263,7 @@ def test_no_prefix_reaches_the_sessions_of_another(url: str, prefix: str, first:
 
 
 def test_ids_by_prefix_with_encoded_characters(url: str, prefix: str) -> None:
-    store = RedisStore(url, prefix=prefix, legacy_keys=False)
+    store = RedisStore(url, prefix=prefix)
     try:
         names = ["{a", "{a}", "%7Ba", "%", "%2", "}", "a"]
         for session_id in names:
@@ -263,146 +274,30 @@ def test_ids_by_prefix_with_encoded_characters(url: str, prefix: str) -> None:
         store.close()
 
 
-def _save_as_0_1(client: redis.Redis, key: str, state: str, revision: int) -> None:
-    """What the earlier layouts wrote: one hash holding the JSON state (at prefix + session id
-    in 0.1, at ``<prefix>{<id>}:state`` after it)."""
-    client.hset(key, mapping={"state": state, "revision": revision, "writer": "0.1-writer"})
-
-
-def _state(*contents: str, summary: str = "S") -> str:
-    buffer = [{"role": "user", "content": c} for c in contents]
-    return json.dumps({"version": 2, "summary": summary, "buffer": buffer})
-
-
-@pytest.mark.parametrize("layout", ["0.1", "state"])
-def test_old_sessions_load_and_move_on_their_next_write(
-    url: str, prefix: str, client: redis.Redis, layout: str
-) -> None:
-    def old_key(session_id: str) -> str:
-        return f"{prefix}{session_id}" if layout == "0.1" else f"{prefix}{{{session_id}}}:state"
-
-    _save_as_0_1(client, old_key("old"), _state("a", "b"), 3)
-    _save_as_0_1(client, old_key("gone"), _state("x"), 1)
-    client.pexpire(old_key("old"), 60_000)
+def test_a_head_of_another_layout_version_is_refused(url: str, prefix: str, client: redis.Redis) -> None:
     store = RedisStore(url, prefix=prefix)
+    key = f"{prefix}{{s}}:head"
     try:
-        loaded = store.load("old")
-        assert loaded is not None
-        assert texts(loaded) == ["a", "b"]
-        assert (loaded.head.summary, loaded.head.tail, loaded.head.counter) == ("S", 2, None)
-        assert [e.cost for e in loaded.entries] == [-1, -1]
-        assert store.ids() == ["gone", "old"]
-        with pytest.raises(ConflictError, match="created as a new session but another writer"):
-            store.write("old", create("new"))
-        with pytest.raises(ConflictError, match="deleted, expired or recreated"):
-            store.write("old", LogWrite("other", counter=None))
-        assert client.exists(old_key("old")) == 1, "a lost write moves nothing"
-        head = store.write("old", LogWrite(loaded.head.incarnation, (LogEntry('"c"', 5),), ttl=30))
-        assert (head.incarnation, head.revision, head.tail) == (loaded.head.incarnation, 1, 3)
-        assert client.exists(old_key("old")) == 0, "the old key went in the same script"
-        assert 0 < client.pttl(f"{prefix}{{old}}:head") <= 30_000
-        assert 0 < client.pttl(f"{prefix}{{old}}:log") <= 30_000
-        moved = store.load("old")
-        assert moved is not None
-        assert moved.head == head
-        assert [(e.seq, e.cost) for e in moved.entries] == [(0, -1), (1, -1), (2, 5)]
-        assert store.delete("gone") is True
-        assert client.exists(old_key("gone")) == 0
-        assert store.ids() == ["old"]
-        stored = asyncio.run(_aload_then_close(RedisStore(url, prefix=prefix), "old"))
-        assert stored is not None
-        assert stored.head == head
-    finally:
-        store.close()
-
-
-def test_a_state_of_the_whole_state_adapter_keeps_its_log(url: str, prefix: str, client: redis.Redis) -> None:
-    """What Sessions wrote through the whole-state adapter (today's RedisStore) moves with its
-    incarnation, revision, sequence numbers and costs."""
-    state = _whole_state()
-    _save_as_0_1(client, f"{prefix}{{s}}:state", state, 9)
-    store = RedisStore(url, prefix=prefix)
-    try:
-        loaded = store.load("s")
-        assert loaded is not None
-        assert (loaded.head.incarnation, loaded.head.revision, loaded.head.tail) == ("inc", 4, 7)
-        assert [(e.seq, e.cost) for e in loaded.entries] == [(5, 2), (6, 3)]
-        fold = LogWrite("inc", expected_revision=4, summary="T", cut=6, counter="words")
-        head = store.write("s", fold)
-        assert (head.revision, head.summary, head.tail) == (5, "T", 7)
-        assert [(e.seq, e.cost) for e in store.load("s").entries] == [(6, 3)]  # type: ignore[union-attr]
-        assert client.exists(f"{prefix}{{s}}:state") == 0
-    finally:
-        store.close()
-
-
-def _whole_state() -> str:
-    from rollmem.stores._whole import encode
-
-    entries = [
-        LogEntry('{"role":"user","content":"a"}', 2, 5),
-        LogEntry('{"role":"user","content":"b"}', 3, 6),
-    ]
-    return encode(Head("inc", 4, "S", 7, "words"), entries)
-
-
-async def _aload_then_close(store: RedisStore, session_id: str) -> Any:
-    try:
-        return await store.aload(session_id)
-    finally:
-        await store.aclose()
-
-
-def test_a_session_in_both_layouts_reads_the_new_one(url: str, prefix: str, client: redis.Redis) -> None:
-    store = RedisStore(url, prefix=prefix)
-    try:
-        head = _put(store, "s", "new")
-        _save_as_0_1(client, f"{prefix}s", _state("old"), 7)
-        assert texts(store.load("s")) == ["new"]
-        assert store.ids() == ["s"]
-        store.write("s", append(head, "newer"))
-        assert client.exists(f"{prefix}s") == 0, "a write removes a leftover old key"
-        _save_as_0_1(client, f"{prefix}s", _state("old"), 7)
-        assert store.delete("s") is True
-        assert client.exists(f"{prefix}s", f"{prefix}{{s}}:head", f"{prefix}{{s}}:log") == 0
-    finally:
-        store.close()
-
-
-def test_legacy_keys_false_ignores_0_1_keys(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0_1(client, f"{prefix}old", _state("x"), 3)
-    store = RedisStore(url, prefix=prefix, legacy_keys=False)
-    try:
-        assert store.load("old") is None
-        assert store.ids() == []
-        _put(store, "old", "fresh")
-        assert store.delete("old") is True
-        assert client.hget(f"{prefix}old", "revision") == b"3", "left alone"
-    finally:
-        store.close()
-
-
-def test_a_0_1_name_that_looks_tagged_is_never_read(url: str, prefix: str, client: redis.Redis) -> None:
-    _save_as_0_1(client, f"{prefix}t2:{{x}}:head", _state("x"), 1)
-    store = RedisStore(url, prefix=prefix)
-    try:
-        assert store.load("t2:{x}:head") is None
-        assert store.ids() == []
-    finally:
-        store.close()
-
-
-def test_malformed_old_state_names_the_session(url: str, prefix: str, client: redis.Redis) -> None:
-    client.hset(f"{prefix}{{bad}}:state", mapping={"state": "not json", "revision": 1})
-    client.hset(f"{prefix}{{bin}}:state", mapping={"state": b"\xff\xfe", "revision": 1})
-    store = RedisStore(url, prefix=prefix)
-    try:
-        for call in (lambda: store.load("bad"), lambda: store.write("bad", LogWrite("legacy"))):
-            with pytest.raises(InvalidStateError, match="session 'bad': stored state cannot be read"):
+        head = _put(store, "s", "x")
+        assert client.hget(key, "layout") == b"2"
+        client.hset(key, "layout", "3")
+        calls = [
+            lambda: store.load("s"),
+            lambda: store.load("s", head),
+            lambda: store.write("s", append(head, "y")),
+        ]
+        for call in calls:
+            with pytest.raises(
+                StoreUnavailableError,
+                match="holds rollmem layout version 3; this rollmem reads version 2: upgrade rollmem",
+            ):
                 call()
-        with pytest.raises(InvalidStateError, match="session 'bin': stored state is not valid UTF-8"):
-            store.load("bin")
-        assert client.exists(f"{prefix}{{bad}}:state") == 1
+        assert client.llen(f"{prefix}{{s}}:log") == 1, "nothing written"
+        client.hset(key, "layout", "two")
+        with pytest.raises(
+            StoreUnavailableError, match=r"layout version 'two'; this rollmem reads version 2$"
+        ):
+            store.load("s")
     finally:
         store.close()
 
@@ -508,8 +403,6 @@ def test_prefixes_with_other_braces_work(url: str, prefix: str) -> None:
 def test_flags_must_be_bools(url: str) -> None:
     with pytest.raises(TypeError, match="cluster: expected bool, got int"):
         RedisStore(url, cluster=1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="legacy_keys: expected bool, got str"):
-        RedisStore(url, legacy_keys="no")  # type: ignore[arg-type]
 
 
 def test_bad_url_or_client() -> None:
@@ -527,8 +420,8 @@ def test_a_write_resent_by_a_client_retry_succeeds_once(url: str, prefix: str) -
     store = RedisStore(url, prefix=prefix)
     try:
         head = _put(store, "s", "a")
-        _client, scripts = store._sync_client()
-        keys, args = store._keys("s"), store._write_args(append(head, "b"), "token-1")
+        _client, scripts = store._clients.sync()
+        keys, args = store._keys("s"), _write_args(append(head, "b"), "token-1")
         first, again = scripts[1](keys=keys, args=args), scripts[1](keys=keys, args=args)
         assert first == again
         assert first[0] == b"ok"
@@ -543,9 +436,9 @@ def test_a_write_resent_after_other_writes_is_still_applied_once(url: str, prefi
     store = RedisStore(url, prefix=prefix)
     try:
         head = _put(store, "s", "a")
-        _client, scripts = store._sync_client()
+        _client, scripts = store._clients.sync()
         keys = store._keys("s")
-        mine = store._write_args(append(head, "b"), "token-mine")
+        mine = _write_args(append(head, "b"), "token-mine")
         scripts[1](keys=keys, args=mine)
         for i in range(7):
             store.write("s", append(head, f"other {i}"))
@@ -603,11 +496,13 @@ def test_malformed_entries_raise_and_leave_others_readable(
 def test_given_clients_serve_one_side_and_stay_open(url: str, prefix: str, client: redis.Redis) -> None:
     store = RedisStore(client, prefix=prefix)
     head = _put(store, "s", "x")
+    with pytest.raises(TypeError, match="given a blocking redis client: use load, write"):
+        asyncio.run(store.aload("s"))
     connection_id = client.client_id()
     store.close()
     assert client.client_id() == connection_id, "close() left the caller's connection alone"
-    with pytest.raises(TypeError, match="given a blocking redis client: use load, write"):
-        asyncio.run(store.aload("s"))
+    with pytest.raises(StoreUnavailableError, match=r" is closed$"):
+        store.load("s")
 
     async def main() -> None:
         given = redis_asyncio.Redis.from_url(url)
@@ -615,16 +510,16 @@ def test_given_clients_serve_one_side_and_stay_open(url: str, prefix: str, clien
             async_store = RedisStore(given, prefix=prefix)
             assert texts(await async_store.aload("s")) == ["x"]
             await async_store.awrite("s", append(head, "y"))
+            with pytest.raises(TypeError, match=r"given a redis\.asyncio client: use the a-methods"):
+                async_store.load("s")
             before = await given.client_id()
             await async_store.aclose()
             assert await given.client_id() == before
-            with pytest.raises(TypeError, match=r"given a redis\.asyncio client: use the a-methods"):
-                async_store.load("s")
+            assert texts(await RedisStore(given, prefix=prefix).aload("s")) == ["x", "y"]
         finally:
             await given.aclose()
 
     asyncio.run(main())
-    assert texts(store.load("s")) == ["x", "y"]
 
 
 # -- Redis Cluster -------------------------------------------------------------------------------
@@ -646,32 +541,13 @@ def test_cluster_keys_of_a_session_share_a_slot_and_sessions_spread(cluster_pref
         for index in range(30):
             _put(store, f"s{index}", "x")
             keys = store._keys(f"s{index}")
-            assert len(keys) == 3
+            assert len(keys) == 2
             assert len({client.keyslot(key) for key in keys}) == 1
             nodes.add(client.get_node_from_key(keys[0]).name)
         assert len(nodes) == 3, "the sessions are spread over the three primaries"
         assert store.ids() == sorted(f"s{index}" for index in range(30)), "ids() scans every primary"
     finally:
         store.close()
-        close_redis(client)
-
-
-def test_cluster_ignores_0_1_keys_and_moves_state_keys(cluster_prefix: str) -> None:
-    client = redis_cluster.RedisCluster.from_url(redis_cluster_url())
-    store = RedisStore(client, prefix=cluster_prefix)
-    try:
-        _save_as_0_1(client, f"{cluster_prefix}old", _state("x"), 3)  # type: ignore[arg-type]
-        assert store.load("old") is None
-        assert store.ids() == []
-        _put(store, "old", "new")
-        _save_as_0_1(client, f"{cluster_prefix}{{st}}:state", _state("a"), 2)  # type: ignore[arg-type]
-        loaded = store.load("st")
-        assert loaded is not None
-        assert texts(loaded) == ["a"]
-        store.write("st", append(loaded.head, "b"))
-        assert texts(store.load("st")) == ["a", "b"]
-        assert client.exists(f"{cluster_prefix}{{st}}:state") == 0
-    finally:
         close_redis(client)
 
 
@@ -686,10 +562,10 @@ def test_given_async_cluster_client(cluster_prefix: str) -> None:
             assert await store.aids() == sorted(f"s{index}" for index in range(10))
             assert texts(await store.aload("s3")) == ["x"]
             assert await store.adelete("s3") is True
-            await store.aclose()
-            assert await given.ping(), "aclose() left the caller's client open"
             with pytest.raises(TypeError, match=r"given a redis\.asyncio client: use the a-methods"):
                 store.load("s1")
+            await store.aclose()
+            assert await given.ping(), "aclose() left the caller's client open"
         finally:
             await given.aclose()
 
@@ -806,3 +682,18 @@ def test_the_script_arguments_are_named_once() -> None:
         assert re.findall(r"ARGV\[\d", body) == [], "only the entries are read by index"
     with pytest.raises(KeyError, match="not script fields"):
         module._script_args(module._LOAD_FIELDS, {"since": "x"})
+
+
+@pytest.mark.parametrize("where", ["nothing listens", "a plain Redis"])
+def test_an_unreachable_cluster_is_unavailable_naming_the_session(url: str, where: str) -> None:
+    """Every node down, or a URL that is no cluster: the first contact (made on first use, on
+    either side) fails as StoreUnavailableError naming the session, never a raw driver error."""
+    store = RedisStore("redis://127.0.0.1:1/0" if where == "nothing listens" else url, cluster=True)
+    try:
+        with pytest.raises(StoreUnavailableError, match=r"^Redis load of session 's' failed: ") as caught:
+            store.load("s")
+        assert isinstance(caught.value.__cause__, redis.exceptions.RedisClusterException)
+        with pytest.raises(StoreUnavailableError, match=r"^Redis write of session 's' failed: "):
+            asyncio.run(store.awrite("s", create("x")))
+    finally:
+        store.close()

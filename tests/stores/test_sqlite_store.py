@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ import pytest
 
 from rollmem.errors import ConflictError, StoreUnavailableError
 from rollmem.stores import AsyncLogStore, LogStore, LogWrite, SQLiteStore
-from rollmem.stores.sqlite import SCHEMA_VERSION
+from rollmem.stores.rules import LAYOUT_VERSION
 from rollmem.testing import AsyncLogStoreContract, LogStoreContract, append, create, entry, texts
 
 
@@ -73,7 +74,7 @@ def test_file_database_is_in_wal_mode_with_a_head_and_a_log(db_path: Path) -> No
     with _raw(db_path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("SELECT value FROM rollmem_meta WHERE key = 'schema_version'").fetchall() == [
-            (SCHEMA_VERSION,)
+            (LAYOUT_VERSION,)
         ]
         assert conn.execute("SELECT session_id, revision, tail, counter FROM rollmem_heads").fetchall() == [
             ("s", 1, 3, "c")
@@ -97,57 +98,21 @@ def test_two_stores_on_one_file_see_each_other(db_path: Path) -> None:
     second.close()
 
 
-VERSION_1 = """
-CREATE TABLE rollmem_meta ("key" TEXT PRIMARY KEY NOT NULL, "value" INTEGER NOT NULL);
-INSERT INTO rollmem_meta VALUES ('schema_version', 1);
-CREATE TABLE rollmem_sessions (
-    "session_id" TEXT PRIMARY KEY NOT NULL, "state" TEXT NOT NULL, "revision" INTEGER NOT NULL,
-    "expires_at" REAL, "updated_at" REAL NOT NULL);
-INSERT INTO rollmem_sessions VALUES
-    ('old', '{"version":2,"summary":"S","buffer":[{"role":"user","content":"x"}]}', 7, NULL, 0);
-INSERT INTO rollmem_sessions VALUES ('gone', '{"version":2,"summary":"","buffer":[]}', 1, 1.0, 0);
-INSERT INTO rollmem_sessions VALUES ('bad', 'not json', 1, NULL, 0);
-"""
-
-
-def test_a_version_1_database_is_upgraded_and_its_sessions_move_at_their_next_write(db_path: Path) -> None:
-    with _raw(db_path) as conn:
-        conn.executescript(VERSION_1)
-    store = SQLiteStore(db_path)
-    loaded = store.load("old")
-    assert loaded is not None
-    assert (loaded.head.summary, loaded.head.counter, texts(loaded)) == ("S", None, ["x"])
-    assert [e.cost for e in loaded.entries] == [-1]
-    assert store.load("gone") is None, "expiry still applies"
-    assert store.ids() == ["bad", "old"]
-    with pytest.raises(StoreUnavailableError, match="rows of session 'bad' are corrupt"):
-        store.load("bad")
-    head = store.write("old", append(loaded.head, "y"))
-    assert head.tail == 2
-    assert texts(store.load("old")) == ["x", "y"]
-    with _raw(db_path) as conn:
-        assert conn.execute("SELECT value FROM rollmem_meta WHERE key = 'schema_version'").fetchone() == (2,)
-        assert conn.execute("SELECT session_id FROM rollmem_sessions ORDER BY 1").fetchall() == [
-            ("bad",),
-            ("gone",),
-        ]
-        assert conn.execute("SELECT count(*) FROM rollmem_log WHERE session_id = 'old'").fetchone() == (2,)
-    assert store.purge_expired() == 1
-    assert store.delete("bad") is True
-    assert store.ids() == ["old"]
-    store.close()
-
-
-def test_newer_schema_is_refused_untouched(db_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (3, "version 3; this rollmem reads version 2: upgrade rollmem"),
+        (1, "version 1; this rollmem reads version 2"),
+    ],
+)
+def test_another_layout_version_is_refused_untouched(db_path: Path, version: int, message: str) -> None:
     SQLiteStore(db_path).write("s", create("x"))
     with _raw(db_path) as conn:
-        conn.execute("UPDATE rollmem_meta SET value = 3 WHERE key = 'schema_version'")
+        conn.execute("UPDATE rollmem_meta SET value = ? WHERE key = 'schema_version'", (version,))
     store = SQLiteStore(db_path)
-    with pytest.raises(
-        StoreUnavailableError, match="schema version 3; this rollmem reads versions 1 and 2: upgrade rollmem"
-    ):
+    with pytest.raises(StoreUnavailableError, match=f"holds rollmem layout {message}$"):
         store.load("s")
-    with pytest.raises(StoreUnavailableError, match="schema version 3"):
+    with pytest.raises(StoreUnavailableError, match=f"layout version {version}"):
         store.write("t", create("y"))
     with _raw(db_path) as conn:
         assert conn.execute("SELECT session_id FROM rollmem_heads").fetchall() == [("s",)]
@@ -162,19 +127,30 @@ def test_in_memory_database_is_shared_by_threads() -> None:
     store.close()
 
 
-def test_closed_store_raises(db_path: Path) -> None:
-    store = SQLiteStore(db_path)
-    store.write("s", create("x"))
-    store.close()
-    store.close()
-    for call in (
-        lambda: store.load("s"),
-        lambda: store.write("s", create("y")),
-        store.ids,
-        store.purge_expired,
-    ):
-        with pytest.raises(StoreUnavailableError, match="is closed"):
-            call()
+def test_a_new_database_and_its_wal_files_are_the_owners_only(db_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        store = SQLiteStore(db_path)
+        head = store.write("s", create("x"))
+        other = SQLiteStore(db_path)  # a second connection keeps the -wal and -shm files there
+        other.write("s", append(head, "y"))
+        files = [db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")]
+        assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in files} == {
+            path.name: 0o600 for path in files
+        }
+        other.close()
+        store.close()
+    finally:
+        os.umask(old)
+
+
+def test_an_existing_database_keeps_its_mode(db_path: Path) -> None:
+    with _raw(db_path):
+        pass
+    db_path.chmod(0o640)
+    with SQLiteStore(db_path) as store:
+        store.write("s", create("x"))
+    assert stat.S_IMODE(db_path.stat().st_mode) == 0o640
 
 
 def test_a_directory_is_unavailable(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCou
 from ..message import SYSTEM, Message
 from ..policies import cached_target, unit_spans
 from ..sessions import AsyncSessions
-from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
+from ..stores import AsyncLogStore, LogStore
 
 __all__ = ["SUMMARY_HEADER", "RollingSession", "cached_prefix"]
 
@@ -174,7 +174,7 @@ class RollingSession:
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         target_tokens: Optional[int] = None,
-        store: Optional[Union[LogStore, AsyncLogStore, Store, AsyncStore]] = None,
+        store: Optional[Union[LogStore, AsyncLogStore]] = None,
         max_retries: int = 10,
         on_evict: Optional[Callable[[list[dict[str, Any]]], Any]] = None,
         archive: Optional[Any] = None,
@@ -218,7 +218,7 @@ class RollingSession:
                 await outcome
 
     @property
-    def store(self) -> Optional[Union[LogStore, AsyncLogStore, Store, AsyncStore]]:
+    def store(self) -> Optional[Union[LogStore, AsyncLogStore]]:
         """Where the session is kept (``None``: in this object)."""
         return None if self._sessions is None else self._sessions.store
 

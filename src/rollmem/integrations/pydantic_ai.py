@@ -61,8 +61,7 @@ comparison and list copies. The summarizer receives the previous summary and onl
 folded before (without those ids). Our own summary part is recognised wherever it sits (pydantic-ai
 2.x writes the processed history back, and may merge that part into the request of a user prompt)
 and removed before the history is measured. The state lives in ``store`` (any rollmem store: a log
-store such as :class:`~rollmem.stores.SQLiteStore`, or a whole-state :class:`~rollmem.stores.Store`
-or :class:`~rollmem.stores.AsyncStore`; a new in-process :class:`~rollmem.stores.MemoryStore` by
+store such as :class:`~rollmem.stores.SQLiteStore`; a new in-process :class:`~rollmem.stores.MemoryStore` by
 default) under the session id :data:`STATE_PREFIX` ``+ conversation key``, written with
 :meth:`AsyncSessions.update` (a lost race re-runs on the winner's state, up to 10 times, then
 :class:`~rollmem.errors.ConflictError`). A state written by rollmem 0.6 (a JSON document as the
@@ -107,7 +106,7 @@ from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCou
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..policies import cached_target
 from ..sessions import AsyncSessions
-from ..stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store
+from ..stores import AsyncLogStore, LogStore, MemoryStore
 
 __all__ = ["STATE_PREFIX", "RollingHistory", "find_summary", "rolling_history"]
 
@@ -654,7 +653,7 @@ class RollingHistory:
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]],
         token_counter: Optional[TokenCounter],
         target_tokens: Optional[int],
-        store: Union[LogStore, AsyncLogStore, Store, AsyncStore, None],
+        store: Union[LogStore, AsyncLogStore, None],
     ) -> None:
         _import()
         self.__annotations__ = _bind_run_context()
@@ -663,13 +662,13 @@ class RollingHistory:
         self._memory()  # checks every argument now
         if store is None:
             store = MemoryStore()
-        self._store: Union[LogStore, AsyncLogStore, Store, AsyncStore] = store
+        self._store: Union[LogStore, AsyncLogStore] = store
         self._sessions = AsyncSessions(store, self._memory, max_retries=_MAX_RETRIES)
         self._converted = _Converted()
         self._tracks = _Tracks()
 
     @property
-    def store(self) -> Union[LogStore, AsyncLogStore, Store, AsyncStore]:
+    def store(self) -> Union[LogStore, AsyncLogStore]:
         """Where the per-conversation state is kept."""
         return self._store
 
@@ -880,7 +879,7 @@ def rolling_history(
     token_counter: Optional[TokenCounter] = None,
     *,
     target_tokens: Optional[int] = None,
-    store: Union[LogStore, AsyncLogStore, Store, AsyncStore, None] = None,
+    store: Union[LogStore, AsyncLogStore, None] = None,
 ) -> RollingHistory:
     """A pydantic-ai history processor: the running summary, then the newest messages within
     ``max_tokens`` (evicting down to ``target_tokens``, default ``max_tokens``).

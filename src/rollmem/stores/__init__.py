@@ -11,7 +11,7 @@ store               needs                                  use it for
 
 ``SQLiteStore``, ``RedisStore`` and ``PostgresStore`` are imported on first access, so
 importing this package loads neither ``sqlite3`` nor a server driver. Any object with the
-methods of :class:`Store` (or :class:`AsyncStore`) works as a store.
+methods of :class:`LogStore` (or :class:`AsyncLogStore`) works as a store.
 """
 
 from __future__ import annotations
@@ -19,18 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._protocol import (
-    AsyncLogStore,
-    AsyncStore,
-    Head,
-    LogEntry,
-    LogStore,
-    LogWrite,
-    Store,
-    StoredLog,
-    StoredSession,
-)
-from ._whole import AsyncWholeStateLog, WholeStateLog
+from ._protocol import AsyncLogStore, Head, LogEntry, LogStore, LogWrite, StoredLog
 from .memory import MemoryStore
 
 if TYPE_CHECKING:
@@ -38,8 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncLogStore",
-    "AsyncStore",
-    "AsyncWholeStateLog",
     "Head",
     "LogEntry",
     "LogStore",
@@ -48,10 +35,7 @@ __all__ = [
     "PostgresStore",
     "RedisStore",
     "SQLiteStore",
-    "Store",
     "StoredLog",
-    "StoredSession",
-    "WholeStateLog",
 ]
 
 _LAZY = {"SQLiteStore": ".sqlite", "RedisStore": ".redis", "PostgresStore": ".postgres"}

@@ -1,10 +1,9 @@
-"""The storage protocols behind :mod:`rollmem.sessions`.
+"""The storage protocol behind :mod:`rollmem.sessions`: :class:`LogStore` / :class:`AsyncLogStore`.
 
-**The log protocol** (:class:`LogStore` / :class:`AsyncLogStore`, what every bundled store
-implements: ``MemoryStore``, ``SQLiteStore``, ``RedisStore``, ``PostgresStore``). A session
-is a :class:`Head` (summary, incarnation, revision, counter identity, next sequence number)
-plus an append-only log of
-:class:`LogEntry` (one message as JSON text, its token cost, its sequence number). One method
+Every bundled store implements it (``MemoryStore``, ``SQLiteStore``, ``RedisStore``,
+``PostgresStore``). A session is a :class:`Head` (summary, incarnation, revision, counter
+identity, next sequence number) plus an append-only log of :class:`LogEntry` (one message as
+JSON text, its token cost, its sequence number). One method
 writes, :meth:`LogStore.write`, atomically:
 
 - an *append* (``expected_revision is None``) adds entries at the tail, numbered in commit
@@ -23,11 +22,6 @@ writer that loaded a session before it was deleted can never write into its succ
 ``load`` is one read; with ``since`` (a head the caller holds) a store may return only the
 entries appended after it, when incarnation and revision are unchanged (``StoredLog.delta``).
 
-**The whole-state protocol** (:class:`Store` / :class:`AsyncStore`, today's protocol, kept for
-third-party stores): one JSON text per session and a revision, every save a compare-and-set.
-:mod:`rollmem.sessions` drives such a store through :class:`rollmem.stores.WholeStateLog`:
-correct, but each write rewrites the whole state.
-
 A store that cannot be reached raises :class:`~rollmem.errors.StoreUnavailableError`. Sync code
 calls the plain methods; async code calls the ``a``-prefixed twins, which must not block the
 event loop. A store may implement only one side.
@@ -38,27 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Protocol, runtime_checkable
 
-__all__ = [
-    "AsyncLogStore",
-    "AsyncStore",
-    "Head",
-    "LogEntry",
-    "LogStore",
-    "LogWrite",
-    "Store",
-    "StoredLog",
-    "StoredSession",
-]
-
-
-@dataclass(frozen=True)
-class StoredSession:
-    """What a whole-state store holds for one live session."""
-
-    state: str
-    """The JSON text of the memory's ``to_dict()``."""
-    revision: int
-    """1 after the first save, then one more per save."""
+__all__ = ["AsyncLogStore", "Head", "LogEntry", "LogStore", "LogWrite", "StoredLog"]
 
 
 @dataclass(frozen=True)
@@ -156,7 +130,8 @@ class LogStore(Protocol):
         ...
 
     def close(self) -> None:
-        """Release connections the store opened itself (not ones it was given)."""
+        """Release what the store opened itself, for both sides (not what it was given); every
+        later call raises :class:`~rollmem.errors.StoreUnavailableError`. Twice is harmless."""
         ...
 
 
@@ -167,58 +142,6 @@ class AsyncLogStore(Protocol):
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]: ...
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head: ...
-
-    async def adelete(self, session_id: str) -> bool: ...
-
-    async def aids(self, prefix: str = "") -> list[str]: ...
-
-    async def apurge_expired(self) -> int: ...
-
-    async def aclose(self) -> None: ...
-
-
-@runtime_checkable
-class Store(Protocol):
-    """A blocking whole-state session store (today's protocol). Revisions start at 1 for the
-    first save and grow by one per save; every save is a compare-and-set against the revision
-    the writer loaded (``0``: no live session), else ``ConflictError`` and nothing written."""
-
-    def load(self, session_id: str) -> Optional[StoredSession]:
-        """The live session, or ``None`` when it is absent or expired."""
-        ...
-
-    def save(self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None) -> int:
-        """Store ``state`` if the live revision is ``expected_revision`` (0: no live session),
-        and return the new revision; else raise ``ConflictError`` and write nothing. With
-        ``ttl`` the session expires that many seconds after this save."""
-        ...
-
-    def delete(self, session_id: str) -> bool:
-        """Remove the session; ``True`` if a live one was there."""
-        ...
-
-    def ids(self, prefix: str = "") -> list[str]:
-        """The ids of the live sessions that start with ``prefix``, sorted."""
-        ...
-
-    def purge_expired(self) -> int:
-        """Remove expired sessions now and return how many went."""
-        ...
-
-    def close(self) -> None:
-        """Release connections the store opened itself (not ones it was given)."""
-        ...
-
-
-@runtime_checkable
-class AsyncStore(Protocol):
-    """The async twin of :class:`Store`: same contract, coroutine methods with an ``a`` prefix."""
-
-    async def aload(self, session_id: str) -> Optional[StoredSession]: ...
-
-    async def asave(
-        self, session_id: str, state: str, expected_revision: int, ttl: Optional[float] = None
-    ) -> int: ...
 
     async def adelete(self, session_id: str) -> bool: ...
 

@@ -1,28 +1,18 @@
 """Sessions in Redis or Redis Cluster: :class:`RedisStore` (extra ``redis``, redis-py 5 or later).
 
-A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`).
-Each session is a hash at ``<prefix>{<encoded session id>}:head`` (incarnation, revision,
-summary, tail, counter identity) and a list at ``<prefix>{<encoded session id>}:log`` of
-entries (sequence number, cost and message JSON, tab-separated), oldest first; a ``ttl`` is
-Redis's own key expiry on both. A load is one Lua script, a write another, so each is one
-atomic round trip on the server. The braces are a Redis Cluster hash tag: every key of one
-session lives in one hash slot, so each script stays legal in a cluster. Sessions saved by
-earlier releases (one JSON state in a hash) are read until their next write (or
-:meth:`RedisStore.migrate`, ``rollmem migrate``) moves them, in that write's script; that
-read-through is removed in 1.0.
-
-Each operation is written once, as a generator flow (``_load_flow``, ``_write_flow``,
-``_migrate_flow``, ``_delete_flow``, ``_ids_flow``) that yields the Redis calls it needs as
-small command objects (``_Script``: a script with its keys and arguments; ``_ReadAll``: a whole
-load's MULTI/EXEC; ``_Exists``, ``_Delete``, ``_Scan``) and receives their replies; ``_drive``
-runs a flow on the blocking client and ``_adrive`` on the asyncio one, each call inside the
-store's guards (an operation slot in a cluster, driver errors as ``StoreUnavailableError``), as
-:mod:`rollmem.stores.postgres` does with SQL statements.
+The module holds three ideas, in this order: the layout (the Lua scripts, the keys, the
+arguments a script takes and how its replies read: pure functions); the clients
+(:class:`_Clients`: made from a URL or given, the guards around each call, closing); and the
+store, whose every operation is a generator flow (``_load_flow``, ``_write_flow``, ...) that
+yields the Redis calls it needs as small command objects (``_Script``, ``_ReadAll``,
+``_Delete``, ``_Scan``), run by :func:`rollmem._flow.run` / :func:`~rollmem._flow.arun` with the
+clients' blocking or asyncio ``perform``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import re
@@ -32,23 +22,16 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from itertools import repeat
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
-from .._validate import check_positive_int, check_positive_number
+from .._flow import arun, run
+from .._validate import redact_url
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
-from ._legacy import read_state, write_whole
+from . import rules
+from ._loop import LoopBound
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
-from .rules import (
-    Closing,
-    check_load,
-    check_prefix,
-    check_session_id,
-    check_write,
-    shown,
-    write_conflict,
-)
 
 if TYPE_CHECKING:
     import redis
@@ -62,17 +45,17 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisStore"]
 
-# Every script gets KEYS = the head hash, the log list, the whole-state hash of the previous
-# layout (same hash slot) and, off a cluster, the hash of the earliest layout (prefix + id).
-# Its ARGV are named once, in order, by a field tuple: _script_args builds them from it and the
-# script reads them as Lua locals of the same names (the header _named writes); the entries,
-# if any, follow from ARGV[FIRST_ENTRY] on. Absent fields are "".
+# -- the layout: scripts, keys, arguments, replies ---------------------------------------------
+
+# Every script gets KEYS = the head hash and the log list (one hash slot). Its ARGV are named
+# once, in order, by a field tuple: _script_args builds them from it and the script reads them
+# as Lua locals of the same names (the header _named writes, with LAYOUT); the entries, if any,
+# follow from ARGV[FIRST_ENTRY] on. Absent fields are "".
 
 _LOAD_FIELDS = ("since_incarnation", "since_revision", "since_tail")
 _WRITE_FIELDS = (
-    "mode",  # 'w': a write; 'm': move an old-layout session in, given whole
     "token",  # the writer's token (see _WRITERS)
-    "ttl_ms",  # "" for none; mode 'm' only: "keep" keeps the old key's expiry
+    "ttl_ms",  # "" for none
     "create",  # '1' for a create
     "incarnation",  # the one the writer loaded (a new one for a create)
     "expected_revision",
@@ -85,10 +68,6 @@ _WRITE_FIELDS = (
     "has_counter",  # '1' when counter is set
     "counter",
     "append_only",
-    "old_index",  # mode 'm': the index in KEYS of the old-layout key
-    "old_revision",  # mode 'm': its revision as read
-    "move_revision",  # mode 'm': the head's revision and tail
-    "move_tail",
 )
 
 
@@ -96,6 +75,7 @@ def _named(source: str, fields: tuple[str, ...]) -> str:
     """``source`` after a header binding each of ``fields`` to its ARGV as a Lua local, with
     ``FIRST_ENTRY`` replaced by the index of the first argument after them."""
     header = "".join(f"local {name} = ARGV[{index}]\n" for index, name in enumerate(fields, 1))
+    header += f"local LAYOUT = '{rules.LAYOUT_VERSION}'\n"
     return header + source.replace("FIRST_ENTRY", str(len(fields) + 1))
 
 
@@ -109,10 +89,13 @@ def _script_args(fields: tuple[str, ...], values: dict[str, str], entries: Seque
 
 # _LOAD_SCRIPT, ARGV: _LOAD_FIELDS (a since head, "" when none).
 # Returns {'h', incarnation, revision, summary, tail, has counter, counter, delta, entries...},
-# {'s', state, revision, key index} (only an old-layout session) or {'n'}.
+# {'v', layout} (a head of another layout version) or {'n'}.
 _LOAD_SCRIPT = _named(
     """
-local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter')
+local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'summary', 'tail', 'counter', 'layout')
+if h[6] and h[6] ~= LAYOUT then
+  return {'v', h[6]}
+end
 if h[1] then
   local entries
   local delta = 0
@@ -135,22 +118,15 @@ if h[1] then
   end
   return reply
 end
-for i = 3, #KEYS do
-  local old = redis.call('HMGET', KEYS[i], 'state', 'revision')
-  if old[1] or old[2] then
-    return {'s', old[1] or '', old[2] or '', i}
-  end
-end
 return {'n'}
 """,
     _LOAD_FIELDS,
 )
 
-# _WRITE_SCRIPT, ARGV: _WRITE_FIELDS, then the entries: mode 'w' as cost, message pairs; mode
-# 'm' as seq, cost, message triples.
+# _WRITE_SCRIPT, ARGV: _WRITE_FIELDS, then the entries as cost, message pairs.
 # Returns {'ok', incarnation, revision, summary, tail, has counter, counter},
-# {'c', <same head fields>} (a conflict), {'c'} (no live session), {'s', state, revision,
-# key index} (an old-layout session to move in first) or {'retry'}.
+# {'c', <same head fields>} (a conflict), {'c'} (no live session) or {'v', layout} (a head of
+# another layout version).
 # A write resent by the client (its reply was lost) finds its token among the last _WRITERS
 # writers' tokens kept in the head, and succeeds again without being applied twice.
 # Removing "below cut, except keep" is the rule of rules.apply_write, here in Lua.
@@ -177,38 +153,11 @@ local function number(value, field)
   end
   return n
 end
-local exists = redis.call('EXISTS', KEYS[1]) == 1
-if mode == 'm' then
-  local old = KEYS[tonumber(old_index)]
-  if exists or not old or redis.call('HGET', old, 'revision') ~= old_revision then
-    return {'retry'}
-  end
-  if ttl_ms == 'keep' then
-    local left = redis.call('PTTL', old)
-    ttl_ms = left > 0 and tostring(left) or ''
-  end
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', move_revision, 'summary', summary,
-    'tail', move_tail, 'writers', token)
-  if has_counter == '1' then
-    redis.call('HSET', KEYS[1], 'counter', counter)
-  end
-  for i = FIRST_ENTRY, #ARGV, 3 do
-    redis.call('RPUSH', KEYS[2], ARGV[i] .. '\t' .. ARGV[i + 1] .. '\t' .. ARGV[i + 2])
-  end
-  for i = 3, #KEYS do
-    redis.call('DEL', KEYS[i])
-  end
-  expire()
-  return head_reply('ok')
+local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writers', 'layout')
+if h[6] and h[6] ~= LAYOUT then
+  return {'v', h[6]}
 end
-if not exists then
-  for i = 3, #KEYS do
-    local old = redis.call('HMGET', KEYS[i], 'state', 'revision')
-    if old[1] or old[2] then
-      return {'s', old[1] or '', old[2] or '', i}
-    end
-  end
+if not h[1] then
   if create ~= '1' then
     return {'c'}
   end
@@ -219,14 +168,13 @@ if not exists then
     tail = tail + 1
   end
   redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', 1, 'summary', summary,
-    'tail', tail, 'writers', token)
+    'tail', tail, 'writers', token, 'layout', LAYOUT)
   if has_counter == '1' then
     redis.call('HSET', KEYS[1], 'counter', counter)
   end
   expire()
   return head_reply('ok')
 end
-local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'counter', 'writers')
 local writers = h[5] or ''
 if string.find(' ' .. writers .. ' ', ' ' .. token .. ' ', 1, true) then
   return head_reply('ok')
@@ -282,7 +230,7 @@ for other in string.gmatch(writers, '%S+') do
   if #recent == _WRITERS then break end
   recent[#recent + 1] = other
 end
-redis.call('HSET', KEYS[1], 'tail', tail, 'writers', table.concat(recent, ' '))
+redis.call('HSET', KEYS[1], 'tail', tail, 'writers', table.concat(recent, ' '), 'layout', LAYOUT)
 if has_summary == '1' then
   redis.call('HSET', KEYS[1], 'summary', summary)
 end
@@ -294,16 +242,12 @@ if not append then
     redis.call('HDEL', KEYS[1], 'counter')
   end
 end
-for i = 3, #KEYS do
-  redis.call('DEL', KEYS[i])
-end
 expire()
 return head_reply('ok')
 """.replace("_WRITERS", str(_WRITERS)),
     _WRITE_FIELDS,
 )
 
-_RETRIES = 100  # moves of an old-layout session lost to other writers, before giving up
 _MAX_TTL_MS = 10**13  # ~317 years: longer ttls mean "practically never" and would overflow Redis
 _GLOB_SPECIAL = frozenset("*?[]\\")
 _CONNECT_TIMEOUT = 5.0
@@ -311,84 +255,8 @@ _SOCKET_TIMEOUT = 10.0
 _ID_ESCAPES = {"%": "%25", "{": "%7B", "}": "%7D"}
 _ID_ESCAPED = re.compile("[%{}]")
 _ID_UNESCAPED = re.compile("%(25|7B|7D)")
-# The end of every key of the tagged layout, whatever its prefix: "{<encoded id>}:<part>".
-_TAGGED_TAIL = re.compile(r"\{[^{}]+\}:[a-z]+\Z")
-# What follows the prefix in a session's head key (or its whole-state key of the previous
-# layout): the group is the encoded session id.
-_HEAD = re.compile(r"\{([^{}]+)\}:(?:head|state)\Z")
-
-# -- the Redis calls an operation's flow yields ------------------------------------------------
-
-_SCRIPTS = (_LOAD_SCRIPT, _WRITE_SCRIPT)
-
-
-class _Script(NamedTuple):
-    """Run ``_SCRIPTS[which]`` (0: load, 1: write) with ``keys`` and ``args``; reply: its reply."""
-
-    which: int
-    keys: list[str]
-    args: list[str]
-
-
-class _ReadAll(NamedTuple):
-    """A whole load's reads in one MULTI/EXEC (see :meth:`RedisStore._read_all`); reply: their replies."""
-
-    keys: list[str]
-
-
-class _Exists(NamedTuple):
-    """``EXISTS key``; reply: the count."""
-
-    key: str
-
-
-class _Delete(NamedTuple):
-    """``DEL keys``; reply: how many went."""
-
-    keys: list[str]
-
-
-class _Scan(NamedTuple):
-    """SCAN for ``pattern`` to the end (in a cluster: on every primary); reply: the keys, as a set of str."""
-
-    pattern: str
-
-
-_Command = Union[_Script, _ReadAll, _Exists, _Delete, _Scan]
-T = TypeVar("T")
-# A store operation: yields the Redis calls it needs, receives their replies, returns its result.
-Flow = Generator[_Command, Any, T]
-
-
-def _register(client: Any) -> Any:
-    return (client.register_script(_LOAD_SCRIPT), client.register_script(_WRITE_SCRIPT))
-
-
-_REDIS_MODULES = (
-    "redis",
-    "redis.asyncio",
-    "redis.asyncio.cluster",
-    "redis.asyncio.retry",
-    "redis.backoff",
-    "redis.cluster",
-    "redis.retry",
-)
-
-
-def _import_redis() -> ModuleType:
-    for name in _REDIS_MODULES[1:]:
-        import_extra(name, package="redis", extra="redis", feature="RedisStore")
-    return import_extra("redis", package="redis", extra="redis", feature="RedisStore")
-
-
-def _raised_in(error: BaseException, package: ModuleType) -> bool:
-    """Whether ``error`` was raised by code of ``package`` (its innermost frame is there)."""
-    tb = error.__traceback__
-    if tb is None or not package.__file__:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(package.__file__) + os.sep)
+# What follows the prefix in a session's head key: the group is the encoded session id.
+_HEAD = re.compile(r"\{([^{}]+)\}:head\Z")
 
 
 def _text(value: Union[bytes, str]) -> str:
@@ -426,218 +294,373 @@ def _decode_id(encoded: str) -> str:
     return _ID_UNESCAPED.sub(lambda match: chr(int(match.group(1), 16)), encoded)
 
 
-class RedisStore(Closing):
-    """A session store in Redis or Redis Cluster, shared by every process that reaches it.
+def _load_args(since: Optional[Head]) -> list[str]:
+    values = () if since is None else (since.incarnation, str(since.revision), str(since.tail))
+    return _script_args(_LOAD_FIELDS, dict(zip(_LOAD_FIELDS, values)))
 
-    ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` or
-    ``redis.cluster.RedisCluster`` for the blocking methods, or a ``redis.asyncio.Redis`` or
-    ``redis.asyncio.cluster.RedisCluster`` for the ``a``-methods. From a URL the store makes
-    the clients it needs on first use (5 s connect timeout unless the URL sets one, two
-    retries of a dropped connection): with ``cluster=True`` they are cluster clients that
-    start from the node in the URL and find the others; for a list of nodes, pass your own
-    ``RedisCluster(startup_nodes=[ClusterNode(host, port), ...])``. :meth:`close` /
-    :meth:`aclose` close the clients the store made; a client you pass stays yours to close.
-    The asyncio client a store makes belongs to the event loop that first used it: ``await
-    store.aclose()`` there before using the store from another loop.
 
-    A log store (see :class:`~rollmem.stores.LogStore`): each session is a hash at
-    ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity) and a list
-    at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message JSON,
-    tab-separated), where ``<id>`` is the session id with ``%``, ``{`` and ``}``
-    percent-encoded (``%25``, ``%7B``, ``%7D``).
-    ``load`` is one script (with ``since``, only the entries appended after that head when its
-    incarnation and revision are still live); ``write`` is one atomic script: an append checks
-    the incarnation and counter and pushes its entries (no compare-and-set on the revision), a
-    fold compares the revision (and the tail when asked), removes the folded entries except
-    ``keep``, appends and sets the summary, a rewrite replaces every entry. The braces are a
-    Redis Cluster hash tag: all keys of a session share one slot, so each script runs on one
-    node, in a cluster too; ``ids`` scans every primary. The tag cannot hold a brace, so no key
-    of one prefix is a key of another (``prefix="app:"`` never sees the sessions of
-    ``prefix="app:tenant2:"``). A prefix must not contain the empty tag ``{}`` (it would hash
-    each key whole, spreading a session over slots); other braces in it are allowed, and a tag
-    in the prefix puts all its sessions in one slot.
+def _write_args(change: LogWrite, token: str) -> list[str]:
+    values = {
+        "token": token,
+        "ttl_ms": _ttl_ms(change.ttl),
+        "create": _flag(change.create),
+        "incarnation": uuid.uuid4().hex if change.create else change.incarnation,
+        "expected_revision": _optional(change.expected_revision),
+        "expected_tail": _optional(change.expected_tail),
+        "has_summary": _flag(change.summary is not None),
+        "summary": change.summary or "",
+        "cut": str(change.cut),
+        "keep_seqs": ",".join(str(seq) for seq in change.keep),
+        "replace": _flag(change.replace),
+        "has_counter": _flag(change.counter is not None),
+        "counter": change.counter or "",
+        "append_only": _flag(change.is_append),
+    }
+    entries = [part for entry in change.entries for part in (str(entry.cost), entry.message)]
+    return _script_args(_WRITE_FIELDS, values, entries)
 
-    Sessions saved by earlier releases still load while their head is absent: the whole-state
-    hash at ``<prefix>{<id>}:state`` (a ``state`` JSON and a ``revision``; the log kept inside
-    it by :class:`~rollmem.stores.WholeStateLog`, incarnation and costs included, is kept) and,
-    with a ``redis.Redis`` (not a cluster: that layout could not be written to one) and
-    ``legacy_keys=True`` (the default), the hash at ``prefix + session id`` of the earliest
-    layout. The session's next write moves it to the head and log keys and deletes the old key
-    in the same atomic script (compared against the old revision it read, so a concurrent
-    old-layout writer is never overwritten); ``delete`` removes every key, ``ids`` lists all
-    layouts. An earliest-layout key is as ambiguous as it was before (``app:tenant2:x`` is
-    session ``tenant2:x`` of ``app:`` too) until that first write, and old-layout writers must
-    be stopped before new ones start; pass ``legacy_keys=False`` once your sessions are saved
-    under the new names to ignore those keys. Old keys whose names end like a tagged key
-    (``{...}:head``) are never read as old sessions.
 
-    ``ttl`` is native key expiry (``PEXPIRE`` on every key of the session), so
-    :meth:`purge_expired` has nothing to do. A write is one atomic server-side script: a
-    failover or a resharding during a write makes it fail with an error or succeed, never
-    half-write; a write the driver resends after a lost reply finds its own token among the
-    last 8 kept in the head and is not applied twice. Stored text that is not UTF-8 raises
-    :class:`~rollmem.errors.InvalidStateError` naming the session.
-    Driver errors (connection refused, timeouts, cluster down, server errors, and a fault
-    raised inside redis-py itself) raise :class:`~rollmem.errors.StoreUnavailableError` naming
-    the session, from the driver's exception.
+def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
+    try:
+        return _text(value)
+    except UnicodeDecodeError as exc:
+        problem = f"stored {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+        raise InvalidStateError("", f"session {rules.shown(session_id)}: {problem}") from None
 
-    The clients a store makes from a URL use at most ``max_connections`` connections (per
-    node, in a cluster): an operation that finds them all busy waits for one, up to
-    ``pool_timeout`` seconds, then raises ``StoreUnavailableError`` naming the session (a
-    blocking pool; in a cluster, at most ``max_connections`` operations in flight per client).
-    A client you pass keeps its own pool settings.
-    """
+
+def _malformed(session_id: str, what: str) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"Redis holds a malformed entry for session {rules.shown(session_id)}: {what}"
+    )
+
+
+def _head(session_id: str, fields: list[Any]) -> Head:
+    incarnation, revision, summary, tail, has_counter, counter = fields
+    try:
+        return Head(
+            _string(session_id, incarnation, "incarnation"),
+            int(revision),
+            _string(session_id, summary, "summary"),
+            int(tail),
+            _string(session_id, counter, "counter") if int(has_counter) else None,
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidStateError):
+            raise
+        raise _malformed(session_id, f"head fields {fields!r:.80}") from None
+
+
+def _entries(session_id: str, raws: list[Any]) -> tuple[LogEntry, ...]:
+    """The log items as entries. A load reads every one, so the common case is one decode for
+    all and a split each, columns converted at C speed; anything odd is read item by item, to
+    name it."""
+    texts: list[str] = []
+    if raws and all(type(raw) is bytes for raw in raws):
+        with suppress(UnicodeDecodeError):
+            texts = b"\n".join(raws).decode("utf-8").split("\n")
+    if len(texts) == len(raws):  # no item held a newline (a message's JSON never does)
+        parts = [text.split("\t", 2) for text in texts]
+        with suppress(IndexError):  # an item of fewer than three parts
+            seqs = [part[0] for part in parts]
+            costs = [part[1] for part in parts]
+            messages = [part[2] for part in parts]
+            # the rule of _numbers, a column at a time (a cost of -1 is rare)
+            if all(map(str.isdecimal, seqs)) and (
+                all(map(str.isdecimal, costs)) or all(map(_numbers, zip(seqs, costs)))
+            ):
+                numbers = zip(messages, map(int, costs), map(int, seqs))
+                return tuple(map(tuple.__new__, repeat(LogEntry), numbers))
+    return tuple(_entry(session_id, raw) for raw in raws)
+
+
+def _entry(session_id: str, raw: Union[bytes, str]) -> LogEntry:
+    text = _string(session_id, raw, "message")
+    parts = text.split("\t", 2)
+    if len(parts) != 3 or not _numbers(parts):
+        raise _malformed(session_id, f"log entry {text!r:.60}")
+    return LogEntry(parts[2], int(parts[1]), int(parts[0]))
+
+
+def _check_layout(store: object, layout: Optional[Union[bytes, str]]) -> None:
+    """Refuse a head of another layout version (``None``: the field is absent)."""
+    if layout is not None:
+        text = _text(layout)
+        rules.check_layout(store, int(text) if text.isdecimal() else text)
+
+
+def _loaded(store: object, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
+    """What a load script's reply holds."""
+    kind = _text(reply[0])
+    if kind == "n":
+        return None
+    if kind == "v":
+        _check_layout(store, reply[1])
+    head = _head(session_id, reply[1:7])
+    return StoredLog(head, _entries(session_id, reply[8:]), bool(int(reply[7])))
+
+
+def _snapshot(store: object, session_id: str, results: list[Any]) -> Optional[StoredLog]:
+    """A whole session from the replies of a :class:`_ReadAll`: the head's fields, the log items."""
+    fields, items = results
+    incarnation, revision, summary, tail, counter, layout = fields
+    _check_layout(store, layout)
+    if incarnation is None:
+        return None
+    head = _head(
+        session_id, [incarnation, revision, summary or b"", tail, counter is not None, counter or b""]
+    )
+    return StoredLog(head, _entries(session_id, items))
+
+
+def _written(store: object, session_id: str, change: LogWrite, reply: list[Any]) -> Head:
+    """The new head of a write that went through; raises the ``ConflictError`` of a lost write."""
+    kind = _text(reply[0])
+    if kind == "ok":
+        return _head(session_id, reply[1:7])
+    if kind == "v":
+        _check_layout(store, reply[1])
+    live = None if len(reply) == 1 else _head(session_id, reply[1:7])
+    error = rules.write_conflict(session_id, live, change)
+    if error is None:  # e.g. a create lost against a session whose head is identical
+        error = ConflictError(f"session {rules.shown(session_id)}: another writer wrote first")
+    raise error
+
+
+# -- the Redis calls a flow yields -------------------------------------------------------------
+
+_SCRIPTS = (_LOAD_SCRIPT, _WRITE_SCRIPT)
+
+
+class _Script(NamedTuple):
+    """Run ``_SCRIPTS[which]`` (0: load, 1: write) with ``keys`` and ``args``; reply: its reply."""
+
+    which: int
+    keys: list[str]
+    args: list[str]
+
+
+class _ReadAll(NamedTuple):
+    """A whole load's reads in one MULTI/EXEC (it sends the log items as they are, where a script
+    would copy each into Lua and back); reply: the head's fields and the log items."""
+
+    keys: list[str]
+
+
+class _Delete(NamedTuple):
+    """``DEL keys``; reply: how many went."""
+
+    keys: list[str]
+
+
+class _Scan(NamedTuple):
+    """SCAN for ``pattern`` to the end (in a cluster: on every primary); reply: the keys, as a set of str."""
+
+    pattern: str
+
+
+_Command = Union[_Script, _ReadAll, _Delete, _Scan]
+T = TypeVar("T")
+# A store operation: yields the Redis calls it needs, receives their replies, returns its result.
+Flow = Generator[_Command, Any, T]
+
+
+def _send(client: Any, scripts: Any, command: _Command, *, whole: bool = False) -> Any:
+    """Send ``command`` on ``client``: its reply (a blocking client), an awaitable of it (an
+    asyncio client), or for a scan an iterator (async iterator) of keys. ``whole``: send a
+    script itself (``EVAL``), when its node lost the cached one (a restart, a failover) and the
+    driver's reload went to the primaries it knew."""
+    if isinstance(command, _Script):
+        if whole:
+            return client.eval(_SCRIPTS[command.which], len(command.keys), *command.keys, *command.args)
+        return scripts[command.which](keys=command.keys, args=command.args)
+    if isinstance(command, _ReadAll):
+        pipeline = client.pipeline(transaction=True)
+        pipeline.hmget(command.keys[0], "incarnation", "revision", "summary", "tail", "counter", "layout")
+        pipeline.lrange(command.keys[1], 0, -1)
+        return pipeline.execute()
+    if isinstance(command, _Scan):
+        return client.scan_iter(match=command.pattern, count=1000)
+    return client.delete(*command.keys)
+
+
+# -- the clients -----------------------------------------------------------------------------------
+
+
+def _register(client: Any) -> Any:
+    return (client.register_script(_LOAD_SCRIPT), client.register_script(_WRITE_SCRIPT))
+
+
+_REDIS_MODULES = (
+    "redis",
+    "redis.asyncio",
+    "redis.asyncio.cluster",
+    "redis.asyncio.retry",
+    "redis.backoff",
+    "redis.cluster",
+    "redis.retry",
+)
+
+
+def _import_redis() -> ModuleType:
+    for name in _REDIS_MODULES[1:]:
+        import_extra(name, package="redis", extra="redis", feature="RedisStore")
+    return import_extra("redis", package="redis", extra="redis", feature="RedisStore")
+
+
+def _raised_in(error: BaseException, package: ModuleType) -> bool:
+    """Whether ``error`` was raised by code of ``package`` (its innermost frame is there)."""
+    tb = error.__traceback__
+    if tb is None or not package.__file__:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename.startswith(os.path.dirname(package.__file__) + os.sep)
+
+
+class _AsyncSide:
+    """An asyncio client with its scripts, and for a cluster client the operations in flight
+    (redis-py's async cluster raises on a full node pool and then drops sockets other tasks use)
+    and its one first ``initialize`` (first used by many tasks at once, it closes connections
+    that other tasks are using)."""
+
+    def __init__(self, client: AsyncClient, gate: Optional[int], cluster: bool) -> None:
+        self.client = client
+        self.scripts: tuple[AsyncScript, AsyncScript] = _register(client)
+        self.gate = None if gate is None else asyncio.Semaphore(gate)
+        self.init = asyncio.Lock()
+        self.ready = not cluster
+
+
+async def _close_side(side: _AsyncSide) -> None:
+    await side.client.aclose()
+
+
+class _Clients:
+    """The clients one :class:`RedisStore` talks through: made from its URL on first use (or
+    given), the guards around every call (an operation slot in a cluster, driver errors as
+    ``StoreUnavailableError``), how a command is performed on each side, and closing. The
+    asyncio client it makes is bound to the loop that made it (:class:`._loop.LoopBound`)."""
 
     def __init__(
         self,
+        name: str,
         url_or_client: Union[str, SyncClient, AsyncClient],
-        *,
-        prefix: str = "rollmem:",
-        cluster: bool = False,
-        legacy_keys: bool = True,
-        max_connections: int = 50,
-        pool_timeout: float = 20.0,
-    ):
+        cluster: bool,
+        max_connections: int,
+        pool_timeout: float,
+    ) -> None:
         driver = _import_redis()
-        check_prefix(prefix)
-        self._max_connections = check_positive_int("max_connections", max_connections)
-        self._pool_timeout = float(check_positive_number("pool_timeout", pool_timeout))
+        self._name = name
+        self._max_connections = max_connections
+        self._pool_timeout = pool_timeout
         self._gate: Optional[threading.BoundedSemaphore] = None  # a cluster client's operations in flight
-        self._agate: Optional[asyncio.Semaphore] = None
-        self._async_init: Optional[asyncio.Lock] = None  # the async cluster client's first initialize
-        self._async_ready = False
-        if not prefix:
-            raise ValueError("prefix must not be empty: it keeps rollmem's keys apart from the others")
-        brace = prefix.find("{")
-        if brace >= 0 and prefix.startswith("}", brace + 1):
-            raise ValueError(
-                "prefix must not contain the empty hash tag '{}': Redis Cluster would hash each key "
-                f"whole and spread one session over several slots, got {prefix!r}"
-            )
-        v.check_bool("cluster", cluster)
-        v.check_bool("legacy_keys", legacy_keys)
-        self._prefix = prefix
         self._lock = threading.Lock()
-        self._url: Optional[str] = None
-        self._cluster = cluster
+        self.url: Optional[str] = None
+        self.cluster = cluster
+        self.closed = False
         self._sync: Optional[tuple[SyncClient, tuple[Script, Script]]] = None
-        self._async: Optional[tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]] = None
-        self._async_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._given_async: Optional[AsyncClient] = None
+        self._async: Optional[Union[_AsyncSide, LoopBound[_AsyncSide]]] = None
         if isinstance(url_or_client, str):
-            driver.connection.parse_url(url_or_client)  # a bad URL fails here, not on first use
-            self._url = url_or_client
+            try:
+                driver.connection.parse_url(url_or_client)  # a bad URL fails here, not on first use
+            except ValueError as exc:
+                raise ValueError(f"url_or_client is not a valid Redis URL: {redact_url(str(exc))}") from None
+            self.url = url_or_client
         elif isinstance(url_or_client, (driver.asyncio.Redis, driver.asyncio.cluster.RedisCluster)):
-            self._cluster = isinstance(url_or_client, driver.asyncio.cluster.RedisCluster)
-            self._async = (url_or_client, _register(url_or_client))
+            self.cluster = isinstance(url_or_client, driver.asyncio.cluster.RedisCluster)
+            self._given_async = url_or_client
         elif isinstance(url_or_client, (driver.Redis, driver.cluster.RedisCluster)):
-            self._cluster = isinstance(url_or_client, driver.cluster.RedisCluster)
+            self.cluster = isinstance(url_or_client, driver.cluster.RedisCluster)
             self._sync = (url_or_client, _register(url_or_client))
         else:
             raise TypeError(
                 "url_or_client must be a Redis URL, a redis.Redis, a redis.asyncio.Redis or a "
                 f"RedisCluster of either, got {type(url_or_client).__name__}"
             )
-        self._legacy = legacy_keys and not self._cluster
 
-    def __repr__(self) -> str:
-        return f"<RedisStore prefix={self._prefix!r}>"
+    # -- making them -----------------------------------------------------------------------------
 
-    @property
-    def prefix(self) -> str:
-        """The text in front of every session's keys."""
-        return self._prefix
+    def _make(self, package: ModuleType) -> Any:
+        """A client of ``package`` (``redis`` or ``redis.asyncio``) from the URL: a cluster
+        client, or a client owning a blocking pool of ``max_connections``. Two quick retries of a
+        dropped connection; a resent write is safe (see _WRITE_SCRIPT)."""
+        backoff = _import_redis().backoff.ExponentialBackoff(cap=0.5, base=0.05)
+        options = {
+            "socket_connect_timeout": _CONNECT_TIMEOUT,
+            "socket_timeout": _SOCKET_TIMEOUT,
+            "retry": package.retry.Retry(backoff, 2),
+            "max_connections": self._max_connections,
+        }
+        if self.cluster:
+            return package.cluster.RedisCluster.from_url(self.url, **options)
+        return package.Redis.from_pool(
+            package.BlockingConnectionPool.from_url(self.url, timeout=self._pool_timeout, **options)
+        )
 
-    # -- clients ------------------------------------------------------------------------------
+    def check_open(self) -> None:
+        """Raise the closed-store error once :meth:`close` or :meth:`aclose` was called."""
+        if self.closed:
+            raise rules.closed(self._name)
 
-    @staticmethod
-    def _client_options(driver: ModuleType, retry_class: Any) -> dict[str, Any]:
-        # Two quick retries of a dropped connection; a resent write is safe (see _WRITE_SCRIPT).
-        retry = retry_class(driver.backoff.ExponentialBackoff(cap=0.5, base=0.05), 2)
-        return {"socket_connect_timeout": _CONNECT_TIMEOUT, "socket_timeout": _SOCKET_TIMEOUT, "retry": retry}
-
-    def _sync_client(self) -> tuple[SyncClient, tuple[Script, Script]]:
-        if self._sync is not None:
-            return self._sync
-        if self._url is None:
-            raise TypeError(
-                "this RedisStore was given a redis.asyncio client: use the a-methods (aload, awrite, ...)"
-            )
-        driver = _import_redis()
+    def sync(self) -> tuple[SyncClient, tuple[Script, Script]]:
+        """The blocking client and its scripts (made on first use)."""
         with self._lock:
+            self.check_open()
             if self._sync is None:
-                options = self._client_options(driver, driver.retry.Retry)
-                client: SyncClient
-                if self._cluster:
-                    client = driver.cluster.RedisCluster.from_url(
-                        self._url, max_connections=self._max_connections, **options
+                if self.url is None:
+                    raise TypeError(
+                        "this RedisStore was given a redis.asyncio client: use the a-methods "
+                        "(aload, awrite, ...)"
                     )
+                client = self._make(_import_redis())
+                if self.cluster:
                     self._gate = threading.BoundedSemaphore(self._max_connections)
-                else:
-                    pool = driver.BlockingConnectionPool.from_url(
-                        self._url,
-                        timeout=self._pool_timeout,
-                        max_connections=self._max_connections,
-                        **options,
-                    )
-                    plain = driver.Redis(connection_pool=pool)
-                    plain.auto_close_connection_pool = True  # close() closes the pool, as from_url's
-                    client = plain
                 self._sync = (client, _register(client))
             return self._sync
 
-    async def _async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
-        made = self._made_async_client()
-        if self._cluster and not self._async_ready:
-            # Initialized once, before any concurrent use: redis-py's async cluster client, first
-            # used by many tasks at once, closes connections that other tasks are using.
-            with self._lock:
-                if self._async_init is None:
-                    self._async_init = asyncio.Lock()
-                init = self._async_init
-            async with init:
-                if not self._async_ready:
-                    with self._errors("connection"):
-                        await made[0].initialize()
-                    self._async_ready = True
-        return made
+    async def asynchronous(self) -> _AsyncSide:
+        """The asyncio client, its scripts and guards (made on first use, on the running loop)."""
+        side, made = self._async_side()
+        if made:
+            await asyncio.sleep(0)  # its LoopBound's watcher starts
+        if not side.ready:
+            async with side.init:
+                if not side.ready:
+                    await side.client.initialize()
+                    side.ready = True
+        return side
 
-    def _made_async_client(self) -> tuple[AsyncClient, tuple[AsyncScript, AsyncScript]]:
+    def _async_side(self) -> tuple[_AsyncSide, bool]:
         loop = asyncio.get_running_loop()
-        if self._url is None:
-            if self._async is None:
-                raise TypeError("this RedisStore was given a blocking redis client: use load, write, ...")
-            return self._async
-        driver = _import_redis()
         with self._lock:
-            if self._async is None:
-                options = self._client_options(driver, driver.asyncio.retry.Retry)
-                client: AsyncClient
-                if self._cluster:
-                    # redis-py's async cluster raises on a full node pool and then drops sockets
-                    # that other tasks are using: keep the operations in flight below the limit.
-                    client = driver.asyncio.cluster.RedisCluster.from_url(
-                        self._url, max_connections=self._max_connections, **options
-                    )
-                    self._agate = asyncio.Semaphore(self._max_connections)
-                else:
-                    pool = driver.asyncio.BlockingConnectionPool.from_url(
-                        self._url,
-                        max_connections=self._max_connections,
-                        timeout=self._pool_timeout,
-                        **options,
-                    )
-                    client = driver.asyncio.Redis.from_pool(pool)
-                self._async = (client, _register(client))
-                self._async_loop = loop
-            elif self._async_loop is not loop:
-                raise RuntimeError(
-                    "this RedisStore's asyncio client belongs to another event loop: "
-                    "await store.aclose() on that loop before using the store on a new one"
+            self.check_open()
+            current = self._async
+            if isinstance(current, _AsyncSide):
+                return current, False
+            if self._given_async is not None:
+                self._async = _AsyncSide(self._given_async, None, self.cluster)
+                return self._async, False
+            if self.url is None:
+                raise TypeError("this RedisStore was given a blocking redis client: use load, write, ...")
+            if current is None or current.closed:  # none yet, or its loop has ended
+                gate = self._max_connections if self.cluster else None
+                self._async = LoopBound(
+                    _AsyncSide(self._make(_import_redis().asyncio), gate, self.cluster), _close_side
                 )
-            return self._async
+                return self._async.resource, True
+            if current.loop is not loop:
+                raise RuntimeError(
+                    "this RedisStore's asyncio client belongs to another event loop, which has not "
+                    "ended: use the store's async methods from one event loop at a time"
+                )
+            return current.resource, False
+
+    # -- the guards around each call -------------------------------------------------------------
 
     @contextmanager
-    def _errors(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
+    def errors(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
+        """Driver errors (and faults raised inside redis-py) as ``StoreUnavailableError``."""
         driver = _import_redis()
         try:
             yield
@@ -654,29 +677,16 @@ class RedisStore(Closing):
             raise self._unavailable(action, session_id, f"a fault inside redis-py: {exc!r}") from exc
 
     def _unavailable(self, action: str, session_id: Optional[str], problem: str) -> StoreUnavailableError:
-        target = "" if session_id is None else f" of session {shown(session_id)}"
+        target = "" if session_id is None else f" of session {rules.shown(session_id)}"
         if problem == "No connection available.":
             problem = (
                 f"no free connection: all {self._max_connections} of the store's connections stayed "
                 f"busy for {self._pool_timeout:g} s"
             )
-        return StoreUnavailableError(f"Redis {action}{target} failed: {problem}")
+        return StoreUnavailableError(f"Redis {action}{target} failed: {redact_url(problem)}")
 
     @contextmanager
-    def _guard(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
-        """Around each driver call: an operation slot, and driver errors as ``StoreUnavailableError``."""
-        with self._slot(action, session_id), self._errors(action, session_id):
-            yield
-
-    @asynccontextmanager
-    async def _aguard(self, action: str, session_id: Optional[str] = None) -> AsyncIterator[None]:
-        """Async twin of :meth:`_guard`."""
-        async with self._aslot(action, session_id):
-            with self._errors(action, session_id):
-                yield
-
-    @contextmanager
-    def _slot(self, action: str, session_id: Optional[str] = None) -> Iterator[None]:
+    def _slot(self, action: str, session_id: Optional[str]) -> Iterator[None]:
         """Hold one of a cluster client's ``max_connections`` operation slots (else nothing)."""
         gate = self._gate
         if gate is None:
@@ -690,9 +700,10 @@ class RedisStore(Closing):
             gate.release()
 
     @asynccontextmanager
-    async def _aslot(self, action: str, session_id: Optional[str] = None) -> AsyncIterator[None]:
+    async def _aslot(
+        self, gate: Optional[asyncio.Semaphore], action: str, session_id: Optional[str]
+    ) -> AsyncIterator[None]:
         """Async twin of :meth:`_slot`."""
-        gate = self._agate
         if gate is None:
             yield
             return
@@ -705,7 +716,140 @@ class RedisStore(Closing):
         finally:
             gate.release()
 
-    # -- shared steps ----------------------------------------------------------------------------
+    # -- performing a flow's commands ------------------------------------------------------------
+
+    def perform(self, action: str, session_id: Optional[str], command: _Command) -> Any:
+        """Send ``command`` on the blocking client (made here, a cluster's first contact
+        included), in an operation slot, driver errors as ``StoreUnavailableError`` naming
+        ``action`` and the session."""
+        with self.errors(action, session_id):
+            client, scripts = self.sync()
+            with self._slot(action, session_id):
+                try:
+                    reply = _send(client, scripts, command)
+                except _import_redis().exceptions.NoScriptError:
+                    reply = _send(client, scripts, command, whole=True)
+                return {_text(key) for key in reply} if isinstance(command, _Scan) else reply
+
+    async def aperform(self, action: str, session_id: Optional[str], command: _Command) -> Any:
+        """Async twin of :meth:`perform`, on the asyncio client."""
+        with self.errors(action, session_id):
+            side = await self.asynchronous()
+            async with self._aslot(side.gate, action, session_id):
+                try:
+                    reply = _send(side.client, side.scripts, command)
+                    if isinstance(command, _Scan):
+                        return {_text(key) async for key in reply}
+                    return await reply
+                except _import_redis().exceptions.NoScriptError:
+                    return await _send(side.client, side.scripts, command, whole=True)
+
+    # -- closing -----------------------------------------------------------------------------------
+
+    def _take(self) -> tuple[Optional[SyncClient], Optional[LoopBound[_AsyncSide]]]:
+        """Mark the clients closed and take those made from the URL (not those given)."""
+        with self._lock:
+            self.closed = True
+            made, bound = self._sync, self._async
+            self._sync = self._async = None
+        if self.url is None:
+            return None, None
+        return (None if made is None else made[0]), (bound if isinstance(bound, LoopBound) else None)
+
+    @staticmethod
+    def _close_sync(client: Optional[SyncClient]) -> None:
+        if client is not None:
+            if isinstance(client, _import_redis().cluster.RedisCluster):
+                client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
+            client.close()
+
+    def close(self) -> None:
+        """Close both clients made from the URL (the asyncio one on its loop, see
+        :meth:`LoopBound.close`); the clients refuse every later call."""
+        client, bound = self._take()
+        self._close_sync(client)
+        if bound is not None:
+            bound.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        client, bound = self._take()
+        if bound is not None:
+            await bound.aclose()
+        self._close_sync(client)
+
+
+# -- the store ---------------------------------------------------------------------------------------
+
+
+class RedisStore(rules.Closing):
+    """A session store in Redis or Redis Cluster, shared by every process that reaches it.
+
+    ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` or
+    ``redis.cluster.RedisCluster`` for the blocking methods, or a ``redis.asyncio.Redis`` or
+    ``redis.asyncio.cluster.RedisCluster`` for the ``a``-methods. From a URL the store makes
+    the clients it needs on first use (5 s connect timeout unless the URL sets one, two
+    retries of a dropped connection); with ``cluster=True``, cluster clients that start from
+    the node in the URL (for a list of nodes, pass your own ``RedisCluster(startup_nodes=...)``).
+    They use at most ``max_connections`` connections (per node, in a cluster); an operation
+    that finds them all busy waits up to ``pool_timeout`` seconds, then raises
+    ``StoreUnavailableError``. :meth:`close` or :meth:`aclose` closes both clients the store
+    made (a client you pass stays yours) and the store: every later call raises
+    ``StoreUnavailableError``. The asyncio client belongs to the event loop that first used it
+    and closes when that loop ends (``asyncio.run``); meanwhile another loop gets ``RuntimeError``.
+
+    A log store (:class:`~rollmem.stores.LogStore`): each session is a hash at
+    ``<prefix>{<id>}:head`` (incarnation, revision, summary, tail, counter identity, layout
+    version) and a list at ``<prefix>{<id>}:log`` of entries (sequence number, cost and message
+    JSON, tab-separated), ``<id>`` being the session id with ``%``, ``{`` and ``}``
+    percent-encoded. ``load`` is one round trip (with ``since``, only what was appended after
+    that head); ``write`` is one atomic script, so a failover or a resharding makes it fail or
+    succeed, never half-write, and a write the driver resends after a lost reply finds its token
+    among the last 8 kept in the head and is not applied twice. The braces are a Redis Cluster
+    hash tag: a session's keys share one slot; ``ids`` scans every primary. The tag holds no
+    brace, so no key of one prefix is a key of another (``"app:"`` never sees the sessions of
+    ``"app:tenant2:"``); a prefix must not contain the empty tag ``{}``. ``ttl`` is native key
+    expiry, so :meth:`purge_expired` has nothing to do. Stored text that is not UTF-8 raises
+    :class:`~rollmem.errors.InvalidStateError` naming the session; driver errors (and faults
+    inside redis-py) raise :class:`~rollmem.errors.StoreUnavailableError` naming the session,
+    from the driver's exception, a URL's password shown as ``****``.
+    """
+
+    def __init__(
+        self,
+        url_or_client: Union[str, SyncClient, AsyncClient],
+        *,
+        prefix: str = "rollmem:",
+        cluster: bool = False,
+        max_connections: int = 50,
+        pool_timeout: float = 20.0,
+    ):
+        rules.check_prefix(prefix)
+        if not prefix:
+            raise ValueError("prefix must not be empty: it keeps rollmem's keys apart from the others")
+        brace = prefix.find("{")
+        if brace >= 0 and prefix.startswith("}", brace + 1):
+            raise ValueError(
+                "prefix must not contain the empty hash tag '{}': Redis Cluster would hash each key "
+                f"whole and spread one session over several slots, got {prefix!r}"
+            )
+        v.check_bool("cluster", cluster)
+        self._prefix = prefix
+        self._clients = _Clients(
+            repr(self),
+            url_or_client,
+            cluster,
+            v.check_positive_int("max_connections", max_connections),
+            float(v.check_positive_number("pool_timeout", pool_timeout)),
+        )
+
+    def __repr__(self) -> str:
+        return f"<RedisStore prefix={self._prefix!r}>"
+
+    @property
+    def prefix(self) -> str:
+        """The text in front of every session's keys."""
+        return self._prefix
 
     def _tagged(self, session_id: str, part: str) -> str:
         return f"{self._prefix}{{{_encode_id(session_id)}}}:{part}"
@@ -714,393 +858,94 @@ class RedisStore(Closing):
         """The session's head hash."""
         return self._tagged(session_id, "head")
 
-    def _legacy_key(self, session_id: str) -> Optional[str]:
-        """The earliest-layout key of the session, when this store reads those and the name cannot
-        be a key of the tagged layout."""
-        key = self._prefix + session_id
-        return key if self._legacy and not _TAGGED_TAIL.search(key) else None
-
     def _keys(self, session_id: str) -> list[str]:
-        """The head, the log, the previous layout's whole-state hash, then the earliest-layout key
-        if that is read: all in one hash slot (the last only off a cluster)."""
-        check_session_id(session_id)
-        legacy = self._legacy_key(session_id)
-        keys = [self._tagged(session_id, part) for part in ("head", "log", "state")]
-        return keys + ([legacy] if legacy is not None else [])
+        """The head hash and the log list, in one hash slot."""
+        rules.check_session_id(session_id)
+        return [self._tagged(session_id, "head"), self._tagged(session_id, "log")]
 
-    @staticmethod
-    def _load_args(since: Optional[Head]) -> list[str]:
-        if since is None:
-            return _script_args(_LOAD_FIELDS, {})
-        values = {
-            "since_incarnation": since.incarnation,
-            "since_revision": str(since.revision),
-            "since_tail": str(since.tail),
-        }
-        return _script_args(_LOAD_FIELDS, values)
-
-    @staticmethod
-    def _write_args(change: LogWrite, token: str) -> list[str]:
-        values = {
-            "mode": "w",
-            "token": token,
-            "ttl_ms": _ttl_ms(change.ttl),
-            "create": _flag(change.create),
-            "incarnation": uuid.uuid4().hex if change.create else change.incarnation,
-            "expected_revision": _optional(change.expected_revision),
-            "expected_tail": _optional(change.expected_tail),
-            "has_summary": _flag(change.summary is not None),
-            "summary": change.summary or "",
-            "cut": str(change.cut),
-            "keep_seqs": ",".join(str(seq) for seq in change.keep),
-            "replace": _flag(change.replace),
-            "has_counter": _flag(change.counter is not None),
-            "counter": change.counter or "",
-            "append_only": _flag(change.is_append),
-        }
-        entries = [part for entry in change.entries for part in (str(entry.cost), entry.message)]
-        return _script_args(_WRITE_FIELDS, values, entries)
-
-    @staticmethod
-    def _move_args(head: Head, entries: list[LogEntry], ttl_ms: str, key_index: int, old: str) -> list[str]:
-        """The write script's arguments that store ``head`` and ``entries`` whole in place of the
-        old-layout key ``KEYS[key_index]`` read at revision ``old`` (``ttl_ms`` "keep": its expiry)."""
-        values = {
-            "mode": "m",
-            "token": uuid.uuid4().hex,
-            "ttl_ms": ttl_ms,
-            "incarnation": head.incarnation,
-            "has_summary": "1",
-            "summary": head.summary,
-            "has_counter": _flag(head.counter is not None),
-            "counter": head.counter or "",
-            "old_index": str(key_index),
-            "old_revision": old,
-            "move_revision": str(head.revision),
-            "move_tail": str(head.tail),
-        }
-        parts = [part for entry in entries for part in (str(entry.seq), str(entry.cost), entry.message)]
-        return _script_args(_WRITE_FIELDS, values, parts)
-
-    @staticmethod
-    def _string(session_id: str, value: Union[bytes, str], what: str) -> str:
-        try:
-            return _text(value)
-        except UnicodeDecodeError as exc:
-            problem = f"stored {what} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
-            raise InvalidStateError("", f"session {shown(session_id)}: {problem}") from None
-
-    def _head(self, session_id: str, fields: list[Any]) -> Head:
-        incarnation, revision, summary, tail, has_counter, counter = fields
-        try:
-            return Head(
-                self._string(session_id, incarnation, "incarnation"),
-                int(revision),
-                self._string(session_id, summary, "summary"),
-                int(tail),
-                self._string(session_id, counter, "counter") if int(has_counter) else None,
-            )
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, InvalidStateError):
-                raise
-            raise self._malformed(session_id, f"head fields {fields!r:.80}") from None
-
-    @staticmethod
-    def _malformed(session_id: str, what: str) -> StoreUnavailableError:
-        return StoreUnavailableError(f"Redis holds a malformed entry for session {shown(session_id)}: {what}")
-
-    def _entries(self, session_id: str, raws: list[Any]) -> tuple[LogEntry, ...]:
-        """The log items as entries. A load reads every one, so the common case is one decode
-        for all and a split each, columns converted at C speed; anything odd is read item by
-        item, to name it."""
-        texts: list[str] = []
-        if raws and all(type(raw) is bytes for raw in raws):
-            with suppress(UnicodeDecodeError):
-                texts = b"\n".join(raws).decode("utf-8").split("\n")
-        if len(texts) == len(raws):  # no item held a newline (a message's JSON never does)
-            parts = [text.split("\t", 2) for text in texts]
-            with suppress(IndexError):  # an item of fewer than three parts
-                seqs = [part[0] for part in parts]
-                costs = [part[1] for part in parts]
-                messages = [part[2] for part in parts]
-                # the rule of _numbers, a column at a time (a cost of -1 is rare: migrated sessions)
-                if all(map(str.isdecimal, seqs)) and (
-                    all(map(str.isdecimal, costs)) or all(map(_numbers, zip(seqs, costs)))
-                ):
-                    numbers = zip(messages, map(int, costs), map(int, seqs))
-                    return tuple(map(tuple.__new__, repeat(LogEntry), numbers))
-        return tuple(self._entry(session_id, raw) for raw in raws)
-
-    def _entry(self, session_id: str, raw: Union[bytes, str]) -> LogEntry:
-        text = self._string(session_id, raw, "message")
-        parts = text.split("\t", 2)
-        if len(parts) != 3 or not _numbers(parts):
-            raise self._malformed(session_id, f"log entry {text!r:.60}")
-        return LogEntry(parts[2], int(parts[1]), int(parts[0]))
-
-    def _old(self, session_id: str, reply: list[Any]) -> tuple[Head, list[LogEntry], int, str]:
-        """A session of the previous layout (one JSON state) as a head and entries, with the index
-        of its key and the revision it was read at."""
-        state, revision, index = reply[1], _text(reply[2]), int(reply[3])
-        if not revision.isdigit():
-            raise self._malformed(session_id, f"state={state!r:.40}, revision={revision!r:.40}")
-        head, entries = read_state(session_id, self._string(session_id, state, "state"))
-        return head, entries, index, revision
-
-    def _loaded(self, session_id: str, reply: list[Any]) -> Optional[StoredLog]:
-        kind = _text(reply[0])
-        if kind == "n":
-            return None
-        if kind == "s":
-            old_head, old_entries, _, _ = self._old(session_id, reply)
-            return StoredLog(old_head, tuple(old_entries))
-        head = self._head(session_id, reply[1:7])
-        return StoredLog(head, self._entries(session_id, reply[8:]), bool(int(reply[7])))
-
-    def _snapshot(self, session_id: str, results: list[Any]) -> Optional[StoredLog]:
-        """A whole session from the replies of the commands :meth:`_read_all` queues: the
-        head's fields, the log items, then each old-layout key's state and revision."""
-        fields, items, *olds = results
-        incarnation, revision, summary, tail, counter = fields
-        if incarnation is not None:
-            head = self._head(
-                session_id, [incarnation, revision, summary or b"", tail, counter is not None, counter or b""]
-            )
-            return StoredLog(head, self._entries(session_id, items))
-        for index, (state, old_revision) in enumerate(olds, 3):
-            if state is not None or old_revision is not None:
-                return self._loaded(session_id, [b"s", state or b"", old_revision or b"", index])
-        return None
-
-    @staticmethod
-    def _read_all(pipeline: Any, keys: list[str]) -> None:
-        """Queue what a whole load reads, for one MULTI/EXEC: it sends the log items as they are,
-        where a script would copy each into Lua and back (twice the server's work per message)."""
-        pipeline.hmget(keys[0], "incarnation", "revision", "summary", "tail", "counter")
-        pipeline.lrange(keys[1], 0, -1)
-        for key in keys[2:]:
-            pipeline.hmget(key, "state", "revision")
-
-    def _step(
-        self, session_id: str, change: LogWrite, reply: list[Any]
-    ) -> Union[Head, tuple[list[str], int]]:
-        """The new head of a write that went through, or the arguments of the script that moves an
-        old-layout session in with ``change`` applied; raises the ``ConflictError`` of a lost write."""
-        kind = _text(reply[0])
-        if kind == "ok":
-            return self._head(session_id, reply[1:7])
-        if kind == "c":
-            live = None if len(reply) == 1 else self._head(session_id, reply[1:7])
-            error = write_conflict(session_id, live, change)
-            if error is None:  # e.g. a create lost against a session whose head is identical
-                error = ConflictError(f"session {shown(session_id)}: another writer wrote first")
-            raise error
-        head, entries, index, revision = self._old(session_id, reply)
-        updated, whole = write_whole(session_id, head, entries, change)
-        return self._move_args(updated, whole, _ttl_ms(change.ttl), index, revision), index
-
-    def _ids_pattern(self, prefix: str) -> str:
-        check_prefix(prefix)
-        if self._legacy:  # all layouts: every key under the store's prefix
-            return _glob_literal(self._prefix) + "*"
-        return _glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*"
-
-    def _ids(self, keys: set[str], prefix: str) -> list[str]:
-        found: set[str] = set()
-        for key in keys:
-            rest = key[len(self._prefix) :]
-            head = _HEAD.match(rest)
-            if head:
-                found.add(_decode_id(head.group(1)))
-            elif self._legacy and rest and not _TAGGED_TAIL.search(key):
-                found.add(rest)
-        return sorted(session_id for session_id in found if session_id.startswith(prefix))
-
-    @staticmethod
-    def _begin(client: Any, command: Union[_ReadAll, _Exists, _Delete]) -> Any:
-        """Send a command that is one driver call: its reply (a blocking client) or an awaitable of it."""
-        if isinstance(command, _ReadAll):
-            pipeline = client.pipeline(transaction=True)
-            RedisStore._read_all(pipeline, command.keys)
-            return pipeline.execute()
-        if isinstance(command, _Exists):
-            return client.exists(command.key)
-        return client.delete(*command.keys)
-
-    # -- flows: each operation once, yielding its Redis calls ---------------------------------
+    # -- each operation once, yielding its Redis calls -------------------------------------------
 
     def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
-        check_load(session_id, since)
+        rules.check_load(session_id, since)
         keys = self._keys(session_id)
-        if since is None and not self._cluster:
-            return self._snapshot(session_id, (yield _ReadAll(keys)))
-        return self._loaded(session_id, (yield _Script(0, keys, self._load_args(since))))
+        if since is None and not self._clients.cluster:
+            return _snapshot(self, session_id, (yield _ReadAll(keys)))
+        return _loaded(self, session_id, (yield _Script(0, keys, _load_args(since))))
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
-        check_write(session_id, change)
-        keys = self._keys(session_id)
-        args = self._write_args(change, uuid.uuid4().hex)
-        for _ in range(_RETRIES):
-            reply = yield _Script(1, keys, args)
-            if _text(reply[0]) == "retry":
-                args = self._write_args(change, uuid.uuid4().hex)
-                continue
-            step = self._step(session_id, change, reply)
-            if isinstance(step, Head):
-                return step
-            args = step[0]
-        raise ConflictError(
-            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
-        )
-
-    def _migrate_flow(self, session_id: str, dry_run: bool) -> Flow[bool]:
-        keys = self._keys(session_id)
-        for _ in range(_RETRIES):
-            if (yield _Exists(keys[0])):  # current: not read whole
-                return False
-            reply = yield _Script(0, keys, self._load_args(None))
-            if _text(reply[0]) != "s":
-                return False
-            head, entries, index, revision = self._old(session_id, reply)
-            if dry_run:
-                return True
-            reply = yield _Script(1, keys, self._move_args(head, entries, "keep", index, revision))
-            if _text(reply[0]) == "ok":
-                return True
-        raise ConflictError(
-            f"session {shown(session_id)}: not moved to the log layout after {_RETRIES} tries"
-        )
+        rules.check_write(session_id, change)
+        reply = yield _Script(1, self._keys(session_id), _write_args(change, uuid.uuid4().hex))
+        return _written(self, session_id, change, reply)
 
     def _delete_flow(self, session_id: str) -> Flow[bool]:
         return bool((yield _Delete(self._keys(session_id))))
 
     def _ids_flow(self, prefix: str) -> Flow[list[str]]:
-        pattern = self._ids_pattern(prefix)
-        return self._ids((yield _Scan(pattern)), prefix)
+        rules.check_prefix(prefix)
+        keys = yield _Scan(_glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*")
+        ids = [_decode_id(m.group(1)) for m in map(_HEAD.match, keys, repeat(len(self._prefix))) if m]
+        return sorted(session_id for session_id in ids if session_id.startswith(prefix))
 
-    # -- drivers ---------------------------------------------------------------------------------
+    def _run(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
+        return run(flow, functools.partial(self._clients.perform, action, session_id))
 
-    def _drive(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
-        """Run ``flow`` on the blocking client (made at its first command), each call in :meth:`_guard`."""
-        reply: Any = None
-        while True:
-            try:
-                command = flow.send(reply)
-            except StopIteration as stop:
-                return cast(T, stop.value)
-            client, scripts = self._sync_client()
-            with self._guard(action, session_id):
-                if isinstance(command, _Script):
-                    try:
-                        reply = scripts[command.which](keys=command.keys, args=command.args)
-                    except _import_redis().exceptions.NoScriptError:
-                        # The script's node lost its cache (restart, failover) and the driver's
-                        # reload went to the primaries it knew: send the script itself.
-                        reply = client.eval(
-                            _SCRIPTS[command.which], len(command.keys), *command.keys, *command.args
-                        )
-                elif isinstance(command, _Scan):
-                    reply = {_text(key) for key in client.scan_iter(match=command.pattern, count=1000)}
-                else:
-                    reply = self._begin(client, command)
+    async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
+        return await arun(flow, functools.partial(self._clients.aperform, action, session_id))
 
-    async def _adrive(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
-        """Async twin of :meth:`_drive`, on the asyncio client, each call in :meth:`_aguard`."""
-        reply: Any = None
-        while True:
-            try:
-                command = flow.send(reply)
-            except StopIteration as stop:
-                return cast(T, stop.value)
-            client, scripts = await self._async_client()
-            async with self._aguard(action, session_id):
-                if isinstance(command, _Script):
-                    try:
-                        reply = await scripts[command.which](keys=command.keys, args=command.args)
-                    except _import_redis().exceptions.NoScriptError:  # see _drive
-                        reply = await client.eval(
-                            _SCRIPTS[command.which], len(command.keys), *command.keys, *command.args
-                        )
-                elif isinstance(command, _Scan):
-                    reply = {_text(key) async for key in client.scan_iter(match=command.pattern, count=1000)}
-                else:
-                    reply = await self._begin(client, command)
-
-    # -- blocking methods ------------------------------------------------------------------------
+    # -- the LogStore protocol ---------------------------------------------------------------------
 
     def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """The live session, or ``None`` when it is absent or expired: one round trip (a script,
         or off a cluster a MULTI/EXEC for a whole load). With ``since`` (same incarnation and
         revision as the live head) only the entries appended after it."""
-        return self._drive("load", session_id, self._load_flow(session_id, since))
+        return self._run("load", session_id, self._load_flow(session_id, since))
 
     def write(self, session_id: str, change: LogWrite) -> Head:
         """Apply ``change`` in one atomic script and return the new head; else raise
-        ``ConflictError`` and write nothing. A session of the previous layouts moves to the
-        head and log keys (its old keys deleted) in the script of its first write."""
-        return self._drive("write", session_id, self._write_flow(session_id, change))
-
-    def migrate(self, session_id: str, *, dry_run: bool = False) -> bool:
-        """Move the session from an old-layout key to the head and log keys, as it is (head,
-        entries, expiry), in one atomic script; ``True`` if it was there (with ``dry_run``: it
-        would move, nothing is written), ``False`` if it is already in the log layout or absent.
-        A stored state that cannot be read raises ``InvalidStateError`` and stays where it is."""
-        return self._drive("migration", session_id, self._migrate_flow(session_id, dry_run))
+        ``ConflictError`` and write nothing."""
+        return self._run("write", session_id, self._write_flow(session_id, change))
 
     def delete(self, session_id: str) -> bool:
         """Remove the session (every key of it); ``True`` if a live one was there."""
-        return self._drive("delete", session_id, self._delete_flow(session_id))
+        return self._run("delete", session_id, self._delete_flow(session_id))
 
     def ids(self, prefix: str = "") -> list[str]:
         """The ids of the live sessions that start with ``prefix``, sorted (in a cluster: of
         every primary)."""
-        return self._drive("listing", None, self._ids_flow(prefix))
+        return self._run("listing", None, self._ids_flow(prefix))
 
     def purge_expired(self) -> int:
         """Return 0: Redis removes expired sessions by itself."""
+        self._clients.check_open()
         return 0
 
     def close(self) -> None:
-        """Close the blocking client this store made from its URL (not a client it was given)."""
-        if self._url is None:
-            return
-        with self._lock:
-            made, self._sync = self._sync, None
-        if made is not None:
-            client = made[0]
-            if isinstance(client, _import_redis().cluster.RedisCluster):
-                client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
-            client.close()
+        """Close the clients this store made from its URL, the asyncio one too (not a client it
+        was given); every later call raises ``StoreUnavailableError`` (``... is closed``)."""
+        self._clients.close()
 
-    # -- async methods ---------------------------------------------------------------------------
+    # -- the AsyncLogStore protocol --------------------------------------------------------------
 
     async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
         """Async twin of :meth:`load`."""
-        return await self._adrive("load", session_id, self._load_flow(session_id, since))
+        return await self._arun("load", session_id, self._load_flow(session_id, since))
 
     async def awrite(self, session_id: str, change: LogWrite) -> Head:
         """Async twin of :meth:`write`."""
-        return await self._adrive("write", session_id, self._write_flow(session_id, change))
+        return await self._arun("write", session_id, self._write_flow(session_id, change))
 
     async def adelete(self, session_id: str) -> bool:
         """Async twin of :meth:`delete`."""
-        return await self._adrive("delete", session_id, self._delete_flow(session_id))
+        return await self._arun("delete", session_id, self._delete_flow(session_id))
 
     async def aids(self, prefix: str = "") -> list[str]:
         """Async twin of :meth:`ids`."""
-        return await self._adrive("listing", None, self._ids_flow(prefix))
+        return await self._arun("listing", None, self._ids_flow(prefix))
 
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`purge_expired`."""
-        return 0
+        return self.purge_expired()
 
     async def aclose(self) -> None:
-        """Close the clients this store made from its URL (not a client it was given)."""
-        if self._url is None:
-            return
-        with self._lock:
-            made, self._async, self._async_loop = self._async, None, None
-            self._agate, self._async_init, self._async_ready = None, None, False
-        if made is not None:
-            await made[0].aclose()
-        self.close()
+        """Async twin of :meth:`close`."""
+        await self._clients.aclose()

@@ -12,26 +12,34 @@ against the same contract the bundled stores pass.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar, cast
 
 from .. import _validate as v
-from ..errors import ConflictError
-from ._protocol import Head, LogEntry, LogWrite
+from .._threads import in_thread
+from ..errors import ConflictError, StoreUnavailableError
+from ._protocol import Head, LogEntry, LogStore, LogWrite, StoredLog
 
 __all__ = [
+    "LAYOUT_VERSION",
+    "AsyncTwins",
     "Closing",
     "apply_write",
+    "check_layout",
     "check_load",
     "check_prefix",
-    "check_save",
     "check_session_id",
     "check_write",
-    "conflict",
+    "closed",
     "is_expired",
     "new_head",
     "shown",
     "write_conflict",
 ]
+
+LAYOUT_VERSION = 2
+"""The version of the layout the bundled stores write (SQLite and PostgreSQL in their meta table,
+Redis in each session's head). A store refuses a layout version it cannot read
+(:func:`check_layout`); a future layout moves sessions over once, reading this one."""
 
 
 def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
@@ -51,29 +59,26 @@ def check_prefix(prefix: object) -> str:
     return _check_text(prefix, "prefix", allow_empty=True)
 
 
-def check_save(session_id: object, state: object, expected_revision: object, ttl: object) -> None:
-    """Raise ``TypeError``/``ValueError`` naming the bad argument of a ``save`` call."""
-    check_session_id(session_id)
-    _check_text(state, "state", allow_empty=True)
-    v.check_int("expected_revision", expected_revision, 0)
-    v.check_ttl(ttl)
-
-
 def is_expired(expires_at: Optional[float], now: float) -> bool:
     """Whether a session with this expiry time (``None``: never) is gone at ``now``."""
     return expires_at is not None and expires_at <= now
 
 
-def conflict(session_id: str, expected_revision: int, live_revision: Optional[int]) -> ConflictError:
-    """The error for a compare-and-set save that lost; ``live_revision`` is ``None`` when unknown."""
-    wanted = "as a new session" if expected_revision == 0 else f"against revision {expected_revision}"
-    if live_revision is None:
-        found = "another writer saved first"
-    elif live_revision == 0:
-        found = "the session is absent or expired"
-    else:
-        found = f"the store is at revision {live_revision}"
-    return ConflictError(f"session {shown(session_id)}: saved {wanted} but {found}")
+def check_layout(store: object, found: object) -> None:
+    """Raise :class:`~rollmem.errors.StoreUnavailableError` naming ``store`` and the version
+    when it holds layout version ``found`` and that is not :data:`LAYOUT_VERSION`."""
+    if found != LAYOUT_VERSION:
+        newer = isinstance(found, int) and found > LAYOUT_VERSION
+        raise StoreUnavailableError(
+            f"{store} holds rollmem layout version {found!r}; this rollmem reads version "
+            f"{LAYOUT_VERSION}" + (": upgrade rollmem" if newer else "")
+        )
+
+
+def closed(store: object) -> StoreUnavailableError:
+    """The error every call of a closed store raises (``store`` is its ``repr``): every bundled
+    store refuses every call after ``close()`` or ``aclose()``, and never reopens."""
+    return StoreUnavailableError(f"{store} is closed")
 
 
 def shown(session_id: str, limit: int = 100) -> str:
@@ -114,6 +119,46 @@ class Closing:
         await self.aclose()
 
 
+_T = TypeVar("_T")
+
+
+class AsyncTwins(Closing):
+    """The ``a``-methods of a :class:`~rollmem.stores.LogStore` whose blocking methods do the
+    work (``SQLiteStore``, ``MemoryStore``): each awaits its blocking twin through
+    :meth:`call_blocking`, in a worker thread unless the store overrides it."""
+
+    async def call_blocking(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)`` off the event loop (in a worker thread)."""
+        return await in_thread(call, *args)
+
+    def _blocking(self) -> LogStore:
+        return cast(LogStore, self)
+
+    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
+        """Async twin of ``load``."""
+        return await self.call_blocking(self._blocking().load, session_id, since)
+
+    async def awrite(self, session_id: str, change: LogWrite) -> Head:
+        """Async twin of ``write``."""
+        return await self.call_blocking(self._blocking().write, session_id, change)
+
+    async def adelete(self, session_id: str) -> bool:
+        """Async twin of ``delete``."""
+        return await self.call_blocking(self._blocking().delete, session_id)
+
+    async def aids(self, prefix: str = "") -> list[str]:
+        """Async twin of ``ids``."""
+        return await self.call_blocking(self._blocking().ids, prefix)
+
+    async def apurge_expired(self) -> int:
+        """Async twin of ``purge_expired``."""
+        return await self.call_blocking(self._blocking().purge_expired)
+
+    async def aclose(self) -> None:
+        """Async twin of ``close``."""
+        await self.call_blocking(self._blocking().close)
+
+
 # -- the log protocol: checks and the reference semantics of a write -------------------------------
 
 
@@ -138,7 +183,8 @@ def check_write(session_id: object, change: object) -> LogWrite:
         if not isinstance(entry, LogEntry):
             raise v.type_error(f"change.entries[{index}]", "a LogEntry", entry)
         _check_text(entry.message, f"change.entries[{index}].message", allow_empty=False)
-        v.check_int(f"change.entries[{index}].cost", entry.cost, -1)
+        if v.check_int(f"change.entries[{index}].cost", entry.cost, -1) >= 2**63:  # a signed 64-bit column
+            raise v.value_error(f"change.entries[{index}].cost", "< 2**63", entry.cost)
     for name in ("expected_revision", "expected_tail"):
         value = getattr(change, name)
         if value is not None:
@@ -156,7 +202,7 @@ def check_write(session_id: object, change: object) -> LogWrite:
         and not change.create
     ):
         raise ValueError("change: a rewrite (replace=True) needs expected_revision and expected_tail")
-    check_save(session_id, "", 0, change.ttl)
+    v.check_ttl(change.ttl)
     return change
 
 
