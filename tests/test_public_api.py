@@ -272,7 +272,7 @@ def test_no_module_imports_another_packages_private_name() -> None:
 
 
 def test_import_pulls_in_no_test_framework() -> None:
-    """``rollmem.testing`` is the only module that needs pytest and hypothesis."""
+    """``rollmem.testing`` is the only module that needs pytest."""
     code = (
         "import sys, rollmem, rollmem.stores, rollmem.stores.rules, rollmem.sessions\n"
         "print(','.join(sorted(n for n in ('pytest', '_pytest', 'hypothesis') if n in sys.modules)))\n"
@@ -281,7 +281,7 @@ def test_import_pulls_in_no_test_framework() -> None:
     assert (result.stdout.strip(), result.stderr) == ("", "")
 
 
-@pytest.mark.parametrize("missing", ["pytest", "hypothesis"])
+@pytest.mark.parametrize("missing", ["pytest"])
 def test_the_test_kit_names_its_extra_when_a_package_is_missing(missing: str) -> None:
     code = (
         f"import sys; sys.modules[{missing!r}] = None\n"
@@ -294,6 +294,13 @@ def test_the_test_kit_names_its_extra_when_a_package_is_missing(missing: str) ->
         result.stdout.strip()
         == f'rollmem.testing needs the {missing!r} package: pip install "rollmem[testing]"'
     )
+
+
+def test_the_test_kit_needs_no_hypothesis() -> None:
+    """The standard library and pytest are enough for ``rollmem.testing`` (issue 29)."""
+    code = "import sys; sys.modules['hypothesis'] = None\nimport rollmem.testing\nprint('ok')\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "ok"
 
 
 TESTING_FOR_APPLICATIONS = [
