@@ -272,9 +272,10 @@ PROVIDERS: dict[str, CacheProfile] = {
 """Named :class:`CacheProfile` values, from the providers' documentation in 2026. OpenAI and
 Google do not publish how long their automatic caches keep a prefix: 5 minutes is assumed."""
 
-VERBATIM_FLOOR = 850
-"""The tokens :class:`CacheAwareBudget` keeps verbatim after a fold (at most 85% of the budget),
-besides the last user turn."""
+VERBATIM_FLOOR = 650
+"""The base of :class:`CacheAwareBudget`'s verbatim floor: ``VERBATIM_FLOOR + 200_000 //
+max_tokens`` tokens, at most 85% of the budget (1,000 -> 850, 2,000 -> 750, 4,000 -> 700,
+8,000 -> 675)."""
 
 
 class CacheAwareBudget(TokenBudget):
@@ -283,8 +284,9 @@ class CacheAwareBudget(TokenBudget):
     Keeps every promise of :class:`TokenBudget`: after a settled add the buffer is within
     ``max_tokens`` unless only the newest or pinned units are left. Its rules:
 
-    - **floor**: a fold keeps at least :data:`VERBATIM_FLOOR` tokens (at most 85% of
-      ``max_tokens``) and never evicts the last user turn with what answers it (the newest user
+    - **floor**: a fold keeps at least the verbatim floor (:data:`VERBATIM_FLOOR` plus
+      ``200_000 // max_tokens`` tokens, at most 85% of ``max_tokens``: 750 at 2,000, 675 at
+      8,000) and never evicts the last user turn with what answers it (the newest user
       message, or the one before it with its answers when the newest message is a user's),
       unless ``max_tokens`` requires it. Where the provider caches, the floor is also what a
       cacheable request needs: ``provider.min_tokens - prefix_tokens``, when that is at most
@@ -345,7 +347,7 @@ class CacheAwareBudget(TokenBudget):
     def _depths(self) -> tuple[int, int, int]:
         """``(floor, cold limit, cold target)``; a cold limit of 0: no cold folds."""
         budget = self._max
-        floor = max(1, min(VERBATIM_FLOOR, budget * 85 // 100))
+        floor = max(1, min(VERBATIM_FLOOR + 200_000 // budget, budget * 85 // 100))
         need = self.provider.min_tokens - self.prefix_tokens
         if not self.provider.caches or need > budget * 3 // 4:
             return floor, 0, floor

@@ -192,9 +192,9 @@ def test_cached_is_rolling_memory_with_the_cache_aware_policy(recorder: Any) -> 
     assert memory.policy.clock is time.monotonic
     # with nothing sent before the conversation, a cacheable request needs 1,024 tokens of it
     assert (memory.max_tokens, memory.target_tokens) == (2000, 1024)
-    assert RollingMemory.cached(2000, prefix_tokens=1200).target_tokens == VERBATIM_FLOOR == 850
+    assert RollingMemory.cached(2000, prefix_tokens=1200).target_tokens == VERBATIM_FLOOR + 100 == 750
     assert RollingMemory.cached(8000, provider="anthropic-4096", prefix_tokens=1186).target_tokens == 2910
-    assert RollingMemory.cached(4000, provider="anthropic-4096").target_tokens == 850  # never cacheable
+    assert RollingMemory.cached(4000, provider="anthropic-4096").target_tokens == 700  # never cacheable
     assert RollingMemory.cached(100, provider="none").target_tokens == 85  # 85% of a small budget
     assert RollingMemory().target_tokens == 2000  # the constructor's default stays max_tokens
     memory.target_tokens = 500  # an explicit target overrides the policy's
@@ -206,7 +206,7 @@ async def test_async_cached_is_async_rolling_memory_with_the_cache_aware_policy(
     memory = AsyncRollingMemory.cached(4000, recorder, provider="openai", prefix_tokens=2000, background=True)
     assert type(memory) is AsyncRollingMemory
     assert type(memory.policy) is CacheAwareBudget
-    assert (memory.max_tokens, memory.target_tokens, memory.background) == (4000, 850, True)
+    assert (memory.max_tokens, memory.target_tokens, memory.background) == (4000, 700, True)
 
 
 class Clock:
@@ -240,7 +240,7 @@ def test_a_warm_cache_folds_over_max_tokens_down_to_the_floor(recorder: Any) -> 
     memory = RollingMemory.cached(2000, recorder, provider=LIKE_ANTHROPIC, clock=clock, prefix_tokens=1200)
     exchange(memory, clock, 10)  # 2,000 tokens: at the budget, no fold
     assert recorder.calls == []
-    exchange(memory, clock, 1, start=10)  # the user message makes 2,100: folds down to 850 (700 + 100)
+    exchange(memory, clock, 1, start=10)  # the user message makes 2,100: folds down to 750 (700 + 100)
     assert len(recorder.calls) == 1
     assert memory.stats().buffer_tokens == 800
     assert memory.buffer[0].content.startswith("user7 ")
@@ -253,12 +253,12 @@ def test_a_cold_cache_folds_early_but_not_below_its_depth(recorder: Any) -> None
     exchange(memory, clock, 1, think=299, start=8)  # 1,800 tokens, but the cache is still warm
     assert recorder.calls == []
     clock.now += 301  # idle longer than the cache lives: the next request is a full write anyway
-    memory.extend([hundred("user", 9)])  # 1,900 tokens > 1,600: folds now, down to 850 + 250
+    memory.extend([hundred("user", 9)])  # 1,900 tokens > 1,600: folds now, down to 750 + 250
     assert len(recorder.calls) == 1
-    assert memory.stats().buffer_tokens == 1100
-    assert memory.buffer[0].content.startswith("user4 ")
+    assert memory.stats().buffer_tokens == 900  # 1,000 at most, starting on a user turn
+    assert memory.buffer[0].content.startswith("user5 ")
     clock.now += 400
-    memory.extend([hundred("assistant", 9)])  # cold again, but 1,200 is under 1,600: no fold
+    memory.extend([hundred("assistant", 9)])  # cold again, but 1,000 is under 1,600: no fold
     assert len(recorder.calls) == 1
 
 
