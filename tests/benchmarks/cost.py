@@ -1029,24 +1029,30 @@ def run_job(job: Job, horizons: Sequence[int], counter: str, curve: Optional[str
     return {"stats": stats, "bills": bills}
 
 
+def told(key: str, budget: int, profile: Profile) -> object:
+    """What a row told a profile does with it: profiles with the same answer share one trace.
+    ``CacheAwareBudget`` decides from the minimum, the lifetime and whether a cached token is
+    cheaper (not from the read and write prices), the rows tuned to its depth from that depth."""
+    if key == "recommended":
+        core = core_profile(profile)
+        return (core.min_tokens, core.ttl, core.caches)
+    return recommended_target(budget, profile)
+
+
 def plan_jobs(
     keys: Sequence[str], budgets: Sequence[int], clocks: Sequence[str], profiles: Sequence[str]
 ) -> list[Job]:
     """One job per trace: rows told nothing run once and are billed under every profile; the
-    recommended configuration runs once per profile; the rows tuned to its depth once per depth."""
+    rows told a profile once per distinct use of it (:func:`told`), billed under those profiles."""
     jobs: list[Job] = []
-    for clock in clocks:
-        for budget in budgets:
-            for key in keys:
-                if key == "recommended":
-                    jobs.extend((key, budget, clock, name, (name,)) for name in profiles)
-                elif key in PER_PROFILE:
-                    depths: dict[int, list[str]] = {}
-                    for name in profiles:
-                        depths.setdefault(recommended_target(budget, PROFILES[name]), []).append(name)
-                    jobs.extend((key, budget, clock, names[0], tuple(names)) for names in depths.values())
-                else:
-                    jobs.append((key, budget, clock, None, tuple(profiles)))
+    for clock, budget, key in itertools.product(clocks, budgets, keys):
+        if key not in PER_PROFILE:
+            jobs.append((key, budget, clock, None, tuple(profiles)))
+            continue
+        groups: dict[object, list[str]] = {}
+        for name in profiles:
+            groups.setdefault(told(key, budget, PROFILES[name]), []).append(name)
+        jobs.extend((key, budget, clock, names[0], tuple(names)) for names in groups.values())
     return jobs
 
 
