@@ -360,9 +360,9 @@ class CacheAwareBudget(TokenBudget):
         now = self.clock()
         last, self._last = self._last, now
         _, limit, _ = self._depths()
-        self._cold = bool(limit) and last is not None and now - last > self.provider.ttl
-        total = buffer.total
-        return total > self._max or (self._cold and total > limit)
+        cold = bool(limit) and last is not None and now - last > self.provider.ttl
+        self._cold = cold and buffer.total > limit  # what plan() acts on, at this add only
+        return self._cold or buffer.total > self._max
 
     def plan(self, buffer: BufferView) -> Optional[Plan]:
         cold, self._cold = self._cold, False
