@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 
 from rollmem import AsyncRollingMemory, RollingMemory, WindowMemory
 from rollmem.message import Message, ToolCall
+from rollmem.policies import CacheProfile
 
 MACHINE_SETTINGS = settings(
     max_examples=100,
@@ -312,9 +313,12 @@ class NoLossMachine(RuleBasedStateMachine):
     def settle(self) -> None:
         """Let pending work finish (async background folds)."""
 
+    unit = 1
+    """Each message costs ``c * unit`` tokens (and ``max_tokens`` is scaled the same way)."""
+
     # -- helpers --
     def new_message(self, role: str, c: int, **kw: Any) -> Message:
-        m = Message(role, f"{c} m{self.count}", id=f"m{self.count}", **kw)
+        m = Message(role, f"{c * self.unit} m{self.count}", id=f"m{self.count}", **kw)
         self.count += 1
         return m
 
@@ -561,6 +565,58 @@ class AsyncNoLoss(NoLossMachine):
             self.loop.close()
 
 
+CACHE = CacheProfile(min_tokens=1, ttl=300.0, read=0.1, write=1.25)
+
+
+class CachedMachine:
+    """The recommended policy (``*.cached``) with a clock the machine moves, so that folds on a
+    cold cache, the verbatim floor and explicit targets all run. Costs are in hundreds of tokens
+    so the floor (850 tokens, or 85% of the budget) and the cold rule have room."""
+
+    unit = 300
+    now = 0.0
+
+    def cached_options(self, max_tokens: int, target: Optional[int]) -> dict[str, Any]:
+        return {"provider": CACHE, "clock": lambda: self.now}
+
+    def aim(self, memory: Any, target: Optional[int]) -> Any:
+        if target is not None:
+            memory.target_tokens = target * self.unit
+        return memory
+
+    @rule(seconds=st.sampled_from([1.0, 299.0, 301.0, 3600.0]))
+    def wait(self, seconds: float) -> None:
+        self.now += seconds
+
+    @rule(c=st.integers(0, 6))
+    def answer_after_a_pause(self, c: int) -> None:
+        """A user message after the cache expired: the add may fold early."""
+        self.now += 301.0
+        self._add(self.new_message("user", c))  # type: ignore[attr-defined]
+
+
+class SyncCachedNoLoss(CachedMachine, SyncNoLoss):
+    def build(self, max_tokens: int, target: Optional[int], summarize: Any) -> Any:
+        options = self.cached_options(max_tokens, target)
+        memory = RollingMemory.cached(
+            max_tokens * self.unit, summarize, cost, on_evict=self.on_evict, **options
+        )
+        return self.aim(memory, target)
+
+
+class AsyncCachedNoLoss(CachedMachine, AsyncNoLoss):
+    def build(self, max_tokens: int, target: Optional[int], summarize: Any) -> Any:
+        memory = AsyncRollingMemory.cached(
+            max_tokens * self.unit,
+            None if summarize is None else summarize.summarize,
+            cost,
+            on_evict=self.on_evict,
+            background=self.background,
+            **self.cached_options(max_tokens, target),
+        )
+        return self.aim(memory, target)
+
+
 def test_sync_memory_never_loses_a_message(make_recorder: Callable[..., Any]) -> None:
     machine = type("SyncNoLossRun", (SyncNoLoss,), {"make_recorder": staticmethod(make_recorder)})
     run_state_machine_as_test(machine, settings=MACHINE_SETTINGS)
@@ -572,3 +628,16 @@ def test_async_memory_never_loses_a_message(make_async_recorder: Callable[..., A
 
     machine = type("AsyncNoLossRun", (AsyncNoLoss,), {"make_recorder": staticmethod(recorder)})
     run_state_machine_as_test(machine, settings=settings(MACHINE_SETTINGS, max_examples=250))
+
+
+def test_the_recommended_policy_never_loses_a_message(make_recorder: Callable[..., Any]) -> None:
+    machine = type("SyncCachedRun", (SyncCachedNoLoss,), {"make_recorder": staticmethod(make_recorder)})
+    run_state_machine_as_test(machine, settings=MACHINE_SETTINGS)
+
+
+def test_the_async_recommended_policy_never_loses_a_message(make_async_recorder: Callable[..., Any]) -> None:
+    def recorder() -> Any:
+        return make_async_recorder(yields=8)
+
+    machine = type("AsyncCachedRun", (AsyncCachedNoLoss,), {"make_recorder": staticmethod(recorder)})
+    run_state_machine_as_test(machine, settings=settings(MACHINE_SETTINGS, max_examples=150))

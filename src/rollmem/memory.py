@@ -52,7 +52,7 @@ from .message import (
     ToolCall,
     _messages_from_dicts,
 )
-from .policies import FoldAll, KeepAll, MessageWindow, Policy, TokenBudget, cached_target
+from .policies import CacheAwareBudget, CacheProfile, FoldAll, KeepAll, MessageWindow, Policy, TokenBudget
 
 __all__ = [
     "AsyncMemory",
@@ -579,18 +579,24 @@ class RollingMemory(Memory):
         summarize_fn: Optional[SummarizeFn] = None,
         token_counter: Optional[TokenCounter] = None,
         *,
+        provider: Union[CacheProfile, str, None] = None,
+        clock: Optional[Callable[[], float]] = None,
+        prefix_tokens: int = 0,
         on_evict: Optional[EvictHook] = None,
     ) -> RollingMemory:
-        """The recommended, cache-friendly configuration: ``target_tokens`` =
-        :func:`~rollmem.policies.cached_target` ``(max_tokens)``, so folds are deep and rare and
-        most requests extend the previous one (what provider prompt caches bill cheapest)."""
-        return cls(
-            max_tokens,
-            summarize_fn,
-            token_counter,
-            target_tokens=cached_target(max_tokens),
-            on_evict=on_evict,
+        """The recommended configuration: the same class with the
+        :class:`~rollmem.policies.CacheAwareBudget` policy, told the ``provider`` (a
+        :class:`~rollmem.policies.CacheProfile` or a name in :data:`~rollmem.policies.PROVIDERS`,
+        default ``"anthropic"``), the ``clock`` (default :func:`time.monotonic`) and the
+        ``prefix_tokens`` each request sends before the conversation (system prompt, tools). It
+        folds early when the cache went cold anyway, down to a verbatim floor when it is warm, and
+        never evicts the last user turn while within ``max_tokens``."""
+        memory = cls.__new__(cls)
+        policy = CacheAwareBudget(
+            max_tokens, token_counter, provider=provider, clock=clock, prefix_tokens=prefix_tokens
         )
+        Memory.__init__(memory, policy, summarize_fn, on_evict=on_evict)
+        return memory
 
 
 class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory):
@@ -626,18 +632,19 @@ class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory):
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         *,
+        provider: Union[CacheProfile, str, None] = None,
+        clock: Optional[Callable[[], float]] = None,
+        prefix_tokens: int = 0,
         on_evict: Optional[EvictHook] = None,
         background: bool = False,
     ) -> AsyncRollingMemory:
         """:meth:`RollingMemory.cached` for async code."""
-        return cls(
-            max_tokens,
-            summarize_fn,
-            token_counter,
-            target_tokens=cached_target(max_tokens),
-            on_evict=on_evict,
-            background=background,
+        memory = cls.__new__(cls)
+        policy = CacheAwareBudget(
+            max_tokens, token_counter, provider=provider, clock=clock, prefix_tokens=prefix_tokens
         )
+        AsyncMemory.__init__(memory, policy, summarize_fn, on_evict=on_evict, background=background)
+        return memory
 
 
 class BufferMemory(_SyncMemory):

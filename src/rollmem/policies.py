@@ -9,8 +9,10 @@ plan, runs the fold and commits. A policy answers three questions about the buff
 - :meth:`Policy.plan`: which leading units leave, as a :class:`Plan` from the buffer's
   :class:`BufferView` (``plan_budget`` or ``plan_keep_last``), or ``None``.
 
-The rollmem classes use :class:`TokenBudget` (``RollingMemory``), :class:`MessageWindow`
-(``WindowMemory``), :class:`FoldAll` (``SummaryMemory``) and :class:`KeepAll` (``BufferMemory``).
+The rollmem classes use :class:`TokenBudget` (``RollingMemory``), :class:`CacheAwareBudget`
+(``RollingMemory.cached``: told the provider's :class:`CacheProfile` and a clock),
+:class:`MessageWindow` (``WindowMemory``), :class:`FoldAll` (``SummaryMemory``) and
+:class:`KeepAll` (``BufferMemory``).
 A new memory class is one new policy plus a constructor::
 
     class CharBudget(Policy):
@@ -36,17 +38,24 @@ called under the memory's lock and must not call back into the memory.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
-from typing import ClassVar, Optional, Protocol
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Optional, Protocol, Union
 
 from . import _validate as v
 from ._ledger import Ledger, Plan, checked_messages
 from ._types import TokenCounter
 from .counters import words
-from .message import Message
+from .message import USER, Message
 
 __all__ = [
+    "PROVIDERS",
+    "VERBATIM_FLOOR",
     "BufferView",
+    "CacheAwareBudget",
+    "CacheProfile",
     "FoldAll",
     "KeepAll",
     "MessageWindow",
@@ -80,6 +89,9 @@ class BufferView(Protocol):
 
     def plan_keep_last(self, keep_last: int) -> Optional[Plan]:
         """Cut every non-pinned unit before the one holding the ``keep_last``-th newest message."""
+
+    def costs(self) -> list[int]:
+        """The cost of each buffered message, aligned with :attr:`items` (a copy)."""
 
 
 class Policy:
@@ -201,9 +213,10 @@ class TokenBudget(Policy):
 
 
 def cached_target(max_tokens: int) -> int:
-    """The ``target_tokens`` rollmem recommends with provider prompt caching (the cheapest per
-    conversation at equal context in the billed-cost benchmark): ``1050 - max_tokens // 7``,
-    at most 5/8 and at least 1/50 of ``max_tokens`` (and at least 1).
+    """A fixed deep ``target_tokens`` for prompt caching (0.7.0 development releases; the
+    integrations' default until they take :class:`CacheAwareBudget`): ``1050 - max_tokens // 7``,
+    at most 5/8 and at least 1/50 of ``max_tokens`` (and at least 1). It leaves little verbatim
+    context right after a fold (160 tokens at 8,000); :class:`CacheAwareBudget` keeps a floor.
 
     A fold rewrites every token after the system prompt, so with prompt caching (a cache write at
     1x-2x the input price, a read at about 0.1x) a memory that folds a little on most turns bills
@@ -214,6 +227,164 @@ def cached_target(max_tokens: int) -> int:
     """
     limit = v.check_positive_int("max_tokens", max_tokens)
     return max(1, limit // 50, min(limit * 5 // 8, 1050 - limit // 7))
+
+
+@dataclass(frozen=True)
+class CacheProfile:
+    """How a provider bills a cached prompt prefix, as :class:`CacheAwareBudget` needs it.
+
+    ``min_tokens``: the shortest prefix the provider caches (``0``: no caching); ``ttl``: the
+    seconds a cached prefix lives after its last use; ``read`` and ``write``: what a token read
+    from and written to the cache costs, in multiples of the base input price (Anthropic's
+    5-minute cache: 0.1 and 1.25; automatic caching without a write premium: ``write=1.0``).
+    Invalid values raise ``TypeError``/``ValueError`` naming the field.
+    """
+
+    min_tokens: int
+    ttl: float
+    read: float
+    write: float
+
+    def __post_init__(self) -> None:
+        v.check_int("min_tokens", self.min_tokens, 0)
+        for name in ("ttl", "read", "write"):
+            value = getattr(self, name)
+            if not v.is_number(value):
+                raise v.type_error(name, "a number", value)
+            if not 0 <= value < math.inf:
+                raise v.value_error(name, "a finite number >= 0", value)
+
+    @property
+    def caches(self) -> bool:
+        """Whether a cached prefix costs less than a fresh one (``min_tokens > 0``, ``read < 1``)."""
+        return self.min_tokens > 0 and self.read < 1.0
+
+
+PROVIDERS: dict[str, CacheProfile] = {
+    "anthropic": CacheProfile(1024, 300.0, 0.1, 1.25),  # Sonnet 4.5/4.6, 5-minute cache
+    "anthropic-1h": CacheProfile(1024, 3600.0, 0.1, 2.0),  # Sonnet 4.5/4.6, 1-hour cache
+    "anthropic-4096": CacheProfile(4096, 300.0, 0.1, 1.25),  # Opus 4.5/4.6, Haiku 4.5
+    "openai": CacheProfile(1024, 300.0, 0.1, 1.0),  # GPT-5 (GPT-4.1 reads at 0.25, GPT-4o at 0.5)
+    "gemini": CacheProfile(1024, 300.0, 0.1, 1.0),  # Gemini 2.5 Flash, implicit caching
+    "gemini-pro": CacheProfile(2048, 300.0, 0.1, 1.0),  # Gemini 2.5 Pro, implicit caching
+    "none": CacheProfile(0, 0.0, 1.0, 1.0),  # no prompt caching
+}
+"""Named :class:`CacheProfile` values, from the providers' documentation in 2026. OpenAI and
+Google do not publish how long their automatic caches keep a prefix: 5 minutes is assumed."""
+
+VERBATIM_FLOOR = 650
+"""The base of :class:`CacheAwareBudget`'s verbatim floor: ``VERBATIM_FLOOR + 200_000 //
+max_tokens`` tokens, at most 85% of the budget (1,000 -> 850, 2,000 -> 750, 4,000 -> 700,
+8,000 -> 675)."""
+
+
+class CacheAwareBudget(TokenBudget):
+    """A token budget that folds when a provider's prompt cache makes it cheap, keeping a floor.
+
+    Keeps every promise of :class:`TokenBudget`: after a settled add the buffer is within
+    ``max_tokens`` unless only the newest or pinned units are left. Its rules:
+
+    - **floor**: a fold keeps at least the verbatim floor (:data:`VERBATIM_FLOOR` plus
+      ``200_000 // max_tokens`` tokens, at most 85% of ``max_tokens``: 750 at 2,000, 675 at
+      8,000) and never evicts the last user turn with what answers it (the newest user
+      message, or the one before it with its answers when the newest message is a user's),
+      unless ``max_tokens`` requires it. Where the provider caches, the floor is also what a
+      cacheable request needs: ``provider.min_tokens - prefix_tokens``, when that is at most
+      3/4 of the budget (below the minimum nothing is cached, so folding for the cache is moot);
+    - **warm cache**: over ``max_tokens``, fold down to ``target_tokens`` (the floor unless set);
+    - **cold cache**: when the ``clock`` moved more than ``provider.ttl`` seconds since the
+      previous add, the next request is a full cache write anyway and the fold costs only the
+      summarizer call: a buffer over 4/5 of ``max_tokens`` folds now, down to the floor plus
+      1/8 of the budget (when that evicts at least 1/8 of the budget);
+    - **no caching** (``provider.caches`` false, or a minimum the budget cannot reach): only
+      the warm rule.
+
+    ``provider``: a :class:`CacheProfile` or a name in :data:`PROVIDERS` (default
+    ``"anthropic"``); ``clock``: seconds (default :func:`time.monotonic`; an integration may
+    return the newest message's timestamp); ``prefix_tokens``: what each request sends before
+    the conversation (system prompt, tool definitions), which counts toward the provider's
+    minimum. The policy remembers the clock's reading at the previous add, so give each memory
+    its own. Bad arguments raise ``TypeError``/``ValueError`` naming them.
+    """
+
+    __slots__ = ("_cold", "_explicit", "_last", "clock", "prefix_tokens", "provider")
+
+    def __init__(
+        self,
+        max_tokens: int,
+        token_counter: Optional[TokenCounter] = None,
+        *,
+        provider: Union[CacheProfile, str, None] = None,
+        clock: Optional[Callable[[], float]] = None,
+        prefix_tokens: int = 0,
+    ) -> None:
+        super().__init__(max_tokens, None, token_counter)
+        if isinstance(provider, str) and provider not in PROVIDERS:
+            raise v.value_error("provider", f"one of {sorted(PROVIDERS)}", provider)
+        profile = PROVIDERS[provider] if isinstance(provider, str) else provider
+        if not isinstance(profile, (CacheProfile, type(None))):
+            raise v.type_error("provider", "a CacheProfile, a name or None", provider)
+        v.check_callable("clock", clock, optional=True)
+        self.provider: CacheProfile = PROVIDERS["anthropic"] if profile is None else profile
+        self.clock: Callable[[], float] = time.monotonic if clock is None else clock
+        self.prefix_tokens = v.check_int("prefix_tokens", prefix_tokens, 0)
+        self._explicit: Optional[int] = None
+        self._last: Optional[float] = None
+        self._cold = False
+
+    @property
+    def target_tokens(self) -> int:
+        """Warm folds go down to this many tokens: the floor (see the class) unless set;
+        ``0 < target_tokens <= max_tokens``."""
+        if self._explicit is not None:
+            return min(self._explicit, self._max)
+        return self._depths()[0]
+
+    @target_tokens.setter
+    def target_tokens(self, value: int) -> None:
+        self._explicit = self._checked_target(value)
+
+    def _depths(self) -> tuple[int, int, int]:
+        """``(floor, cold limit, cold target)``; a cold limit of 0: no cold folds."""
+        budget = self._max
+        floor = max(1, min(VERBATIM_FLOOR + 200_000 // budget, budget * 85 // 100))
+        need = self.provider.min_tokens - self.prefix_tokens
+        if not self.provider.caches or need > budget * 3 // 4:
+            return floor, 0, floor
+        floor = max(floor, need)
+        limit = max(floor, budget * 4 // 5)
+        target = floor + budget // 8
+        return floor, (limit if limit - target >= budget // 8 else 0), target
+
+    def over(self, buffer: BufferView) -> bool:
+        now = self.clock()
+        last, self._last = self._last, now
+        _, limit, _ = self._depths()
+        cold = bool(limit) and last is not None and now - last > self.provider.ttl
+        self._cold = cold and buffer.total > limit  # what plan() acts on, at this add only
+        return self._cold or buffer.total > self._max
+
+    def plan(self, buffer: BufferView) -> Optional[Plan]:
+        cold, self._cold = self._cold, False
+        limit, goal = self._max, self.target_tokens
+        if cold:
+            _, cold_limit, goal = self._depths()
+            limit = min(limit, cold_limit)
+        items = buffer.items
+        turn = len(items) - 1  # the floor: the last user turn (see the class)
+        for index in range(len(items) - 2, -1, -1):
+            if items[index].role == USER:
+                turn = index
+                break
+        costs = buffer.costs()
+        keep = sum(costs[turn:]) + sum(cost for m, cost in zip(items[:turn], costs) if m.pinned)
+        return buffer.plan_budget(limit, min(max(goal, keep), self._max))
+
+    def limits(self) -> tuple[Optional[int], Optional[int]]:
+        return self._max, self.target_tokens
+
+    def settings(self) -> dict[str, object]:
+        return {"max_tokens": self._max, "target_tokens": self.target_tokens, "provider": self.provider}
 
 
 class MessageWindow(Policy):

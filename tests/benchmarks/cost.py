@@ -1,219 +1,133 @@
-"""What each memory costs to run: billed input tokens under provider prompt caching (issue 18).
+"""What each memory costs to run: billed input tokens under provider prompt caching (issues 18, 27).
 
-Run ``python tests/benchmarks/cost.py [--quick] [--provider anthropic-5m] [--plot PATH] [--json]``
-from a clone with ``pip install -e ".[bench]"``. Deterministic: no timing, the same numbers on every
-machine (``--quick`` runs shorter horizons and fewer budgets, for CI).
+Run ``python tests/benchmarks/cost.py [--quick] [--jobs 2] [--profiles ...] [--clocks ...]`` from a
+clone with ``pip install -e ".[bench]"``. Deterministic: no timing, the same numbers on every
+machine (``--quick`` runs shorter conversations, one budget and a few profiles, for CI).
 
-The workload (:mod:`cost_workload`) is a long tool-calling support conversation with a 1,186-token
-system prompt; each model call (one before every assistant message) sends the system prompt, then
-what the memory gives the model. Every memory gets the same token counter (BPE, ``cl100k_base``),
-the same budget and the same fake summarizer (a canned ~150-token summary numbered by call, so two
-summaries never share a cache entry); each library sends it its own summarization prompt.
+**What is replayed.** The workload (:mod:`cost_workload`) is a long tool-calling support
+conversation with a 1,186-token system prompt, timed by one of three clocks (the user's think
+time: ``current``, or exponential with a mean of 2 or 10 minutes). Each model call (one before
+every assistant message) sends the system prompt, then what the memory gives the model. Every
+memory gets the same token counter (BPE, ``cl100k_base``), the same budget and the same fake
+summarizer (a canned ~120-token summary numbered by call, so two summaries never share a cache
+entry); each library sends it its own summarization prompt. A run records what a memory sends
+(its *trace*: every model call and summarizer request with its second), once per memory, budget
+and clock; rollmem's recommended configuration is run once per billing profile too, since it is
+told the provider. Each trace is then billed under every profile.
 
-Billing (:mod:`pricing`, :class:`PrefixCache`): the cached part of a request (any shared prefix
-with automatic caching; on Anthropic the longest entry written at a ``cache_control`` breakpoint)
-is billed at the cache-read price, the rest at the write price; a text summarization prompt is
-billed as plain input, a ``cached_summarizer`` request through the cache; each summary at the
-output price. Reported per memory, budget and
-horizon: billed input-token equivalents, cache-hit fraction (of the requests' prompt tokens),
-summarizer calls, mean and minimum conversation tokens per request (everything after the system
-prompt, the summary included; the minimum counts only requests once the full history exceeds the
-budget) and the largest request.
+**How it is billed** (:mod:`pricing`): named profiles (Anthropic Sonnet with 5-minute and 1-hour
+caches, Opus/Haiku with the 4,096-token minimum, OpenAI GPT-5/GPT-4.1/GPT-4o, Gemini 2.5 Flash and
+Pro, no caching), each with its minimum cacheable length, cache steps, lifetime (refreshed on use)
+and, for Anthropic, the ``cache_control`` breakpoints ``rollmem.adapters.to_anthropic(...,
+cache=True)`` places, read back with the 20-block lookback. ``cached_summarizer``'s request is a
+request like any other (the same adapter, the same breakpoints); a text summarization prompt is
+plain input; summaries are billed at the output price. Totals are input-token equivalents (tokens
+at the base input price), without and with the main model's output (every assistant message).
 
-The peers are driven for real: LangChain v1 ``SummarizationMiddleware`` (its documented settings:
-keep the last 20 messages, its default prompt and trimming; ``trigger=("tokens", budget)``; its
-``before_model`` hook runs before every model call and its state update is applied with LangGraph's
-``add_messages`` reducer), LlamaIndex ``ChatSummaryMemoryBuffer`` (``get()`` before each call),
-langchain-classic ``ConversationSummaryBufferMemory`` (``prune()`` after each message), keep-last-N
-(langchain-core ``trim_messages``: the newest messages within the budget, starting on a user turn)
-and no memory (the whole history). rollmem's ``RollingMemoryMiddleware`` is driven the same way as
-``SummarizationMiddleware`` (``before_model``, then ``wrap_model_call`` captures what it sends).
-rollmem's other integrations, each at its defaults with the same ``cached_summarizer``, are driven
-through their own hook with their framework's message objects (the request converted back to
-rollmem messages the way the integration converts them): the Agents SDK ``RollingSession``
-(``add_items`` per item, ``get_items()`` per call), the pydantic-ai processor (the whole history,
-the system prompt as the agent's ``instructions``), the Google ADK plugin
-(``before_model_callback``; its summary, appended to the system instruction, is a block after the
-system prompt), the Agent Framework ``RollingCompaction`` (the messages not marked excluded) and
-the Strands ``RollingConversationManager`` (``agent.messages`` after ``apply_management``). A
-default run skips the rows whose framework is not installed.
+**The peers**, driven for real: LangChain v1 ``SummarizationMiddleware`` at its documented
+settings (keep the last 20 messages) and tuned to the recommended configuration's fold depth
+(``keep=("tokens", target_tokens)``), both ``trigger=("tokens", budget)``, through ``before_model``
+with LangGraph's ``add_messages``; LlamaIndex ``ChatSummaryMemoryBuffer``; langchain-classic
+``ConversationSummaryBufferMemory``; keep-last-N (``trim_messages``) on every call, and with
+hysteresis (trim to the same depth when over the budget: the lossy reference); no memory.
+rollmem's integrations are driven through their own hooks at their defaults (see the docs page).
 
-Goal lines (issue 18): at 500 and 2,000 turns and every budget, rollmem's recommended configuration
-(``RollingMemory.cached`` with ``cached_summarizer``) and ``RollingMemoryMiddleware`` at its defaults
-(with the same summarizer), and every other integration at its defaults, bill at most 0.9x the
-cheapest peer while keeping at least 0.9x that peer's mean conversation tokens per request.
+**Columns**: billed (input + summarizer), its ratio to the cheapest summarizing peer at the docs'
+settings, the same with the main model's output, cache hits, summarizer calls, mean context
+(conversation tokens per request, summary included), the smallest context after the first fold,
+and the verbatim tokens of the first request after each fold (mean, 10th percentile, minimum).
+
+**Goal** (issue 27), at 500 and 2,000 turns, every budget, profile and clock: the recommended
+configuration bills at most 0.9x the cheapest summarizing peer at the docs' settings and at most
+1.0x ``SummarizationMiddleware`` tuned to its depth, with at least 0.9x that peer's mean context,
+at least half its mean verbatim tokens after a fold (never without the last user turn), and at
+least half its smallest context after the first fold; where the provider cannot cache the
+requests (no caching, or the whole request under its minimum), at most 1.0x at 0.9x the context.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import itertools
 import json
+import statistics
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import counters
-from cost_workload import SYSTEM_PROMPT, timed_turns
+from cost_workload import CLOCKS, SYSTEM_PROMPT, timed_turns
 from frameworks import unused_strands_model
 from peers import CANNED_SUMMARY, FakeSummarizer, LangChainPeer, _langchain_llm, _llama_llm
-from pricing import DEFAULT_PROVIDER, PRICES, Pricing
+from pricing import DEFAULT_PROFILE, PROFILES, Block, Cache, Profile
 
-from rollmem import ASSISTANT, SYSTEM, TOOL, RollingMemory
+from rollmem import ASSISTANT, SYSTEM, TOOL, USER, RollingMemory, cached_target
 from rollmem.message import Message
+from rollmem.policies import CacheProfile
 from rollmem.summarizers import cached_summarizer, prompt_summarizer
 
-FULL_HORIZONS = (100, 500, 2000)
+FULL_HORIZONS = (500, 2000)
 FULL_BUDGETS = (1000, 2000, 4000, 8000)
+FULL_CLOCKS = tuple(CLOCKS)
 QUICK_HORIZONS = (100, 300)
 QUICK_BUDGETS = (2000,)
+QUICK_CLOCKS = ("current", "exp10")
+QUICK_PROFILES = ("anthropic-5m", "gpt-5", "none")
 GOAL_HORIZONS = (500, 2000)
-GOAL_COST = 0.9
-GOAL_CONTEXT = 0.9
-SUMMARY_TEXT = " ".join([CANNED_SUMMARY] * 3)  # ~150 tokens, a realistic running summary
+GOAL_COST = 0.9  # x the cheapest summarizing peer at the docs' settings
+GOAL_TUNED = 1.0  # x SummarizationMiddleware tuned to the same depth
+GOAL_CONTEXT = 0.9  # x that peer's mean context
+GOAL_VERBATIM = 0.5  # x that peer's mean verbatim tokens after a fold, and its smallest context
+SUMMARY_TEXT = " ".join([CANNED_SUMMARY] * 3)  # ~120 tokens, a realistic running summary
 
 Counter = Callable[[str], int]
-Block = tuple[str, str]  # (role, text): one message of a request, the unit of prefix matching
+Event = tuple[Any, ...]
 
 
-# -- what is billed -------------------------------------------------------------------------------
+# -- what a memory sends: its trace ---------------------------------------------------------------
+
+
+def _block(message: Message) -> Block:
+    """A message as the unit of prefix matching, with its Anthropic content blocks (text, one
+    per tool call)."""
+    calls = len(message.tool_calls)
+    return (message.role, message.token_text(), max(1, calls + (1 if message.content or not calls else 0)))
 
 
 class Summarizer(FakeSummarizer):
-    """The fake summarizer: records each prompt; returns the canned summary, numbered by call.
+    """The fake summarizer: records each summarization into ``events`` and returns the canned
+    summary, numbered by call. ``record(prompt)``: a text prompt (``("text", tokens)``);
+    ``record_request(now, messages)``: a request of messages (``cached_summarizer``'s,
+    ``("summ", second, blocks)``), billed through the cache like a model call. Each summary adds
+    ``("out", tokens)``."""
 
-    ``record(prompt)`` bills a text prompt as plain input (1x per token); ``record_request(now,
-    messages)`` bills a request of messages (``rollmem.summarizers.cached_summary_request``) like
-    any request: its longest prefix of whole messages cached at ``now`` at the read price, the rest
-    at the write price. ``tokens`` is the billed total, in input-token equivalents."""
-
-    def __init__(
-        self, measure: Counter, cache: Optional[PrefixCache] = None, pricing: Optional[Pricing] = None
-    ):
+    def __init__(self, measure: Counter, events: list[Event]) -> None:
         super().__init__(measure)
-        self.cache = cache
-        self.pricing = pricing
-        self.hit_tokens = 0
+        self.events = events
+        self.last = ""
+
+    def _summary(self) -> str:
+        assert self.measure is not None
+        self.last = f"{SUMMARY_TEXT} (summary {self.calls})"
+        self.events.append(("out", self.measure(self.last)))
+        return self.last
 
     def record(self, prompt: str) -> str:
-        super().record(prompt)
-        return f"{SUMMARY_TEXT} (summary {self.calls})"
-
-    def record_request(self, now: float, messages: Sequence[Message]) -> str:
-        assert self.cache is not None
-        assert self.pricing is not None
         assert self.measure is not None
         self.calls += 1
+        self.events.append(("text", self.measure(prompt)))
+        return self._summary()
+
+    def record_request(self, now: float, messages: Sequence[Message]) -> str:
+        self.calls += 1
         blocks = tuple(_block(m) for m in messages)
-        assert blocks[0] == ("system", SYSTEM_PROMPT), "the request must open with the system prompt"
-        costs = [self.measure(text) for _, text in blocks]
-        # Anthropic: breakpoints after the system prompt and the summary only (nothing reads this
-        # request again): what follows them is plain input, billed 1x, and cached only if an
-        # earlier request wrote exactly that prefix. Automatic caching: the rest is a write.
-        marks = breakpoints(blocks, end=False)
-        hits = self.cache.hit(now, blocks, marks)
-        hit = sum(costs[:hits])
-        covered = sum(costs) if self.cache.any_prefix else sum(costs[: max(marks)])
-        self.hit_tokens += hit
-        self.tokens += (  # type: ignore[assignment]
-            hit * self.pricing.read
-            + max(0, covered - hit) * self.pricing.write
-            + (sum(costs) - max(hit, covered))
-        )
-        return f"{SUMMARY_TEXT} (summary {self.calls})"
-
-
-class PrefixCache:
-    """Prompt caching as providers bill it, by whole messages.
-
-    ``any_prefix`` (OpenAI, Gemini: automatic prefix caching): the longest prefix a request shares
-    with any request sent within the lifetime is a hit. Otherwise (Anthropic: explicit
-    ``cache_control`` breakpoints) an entry exists only for the prefix ending at a breakpoint of an
-    earlier request, and a hit is the longest such entry that is a whole prefix of the request; a
-    request writes an entry at each of its breakpoints (``marks``: prefix lengths, in messages)."""
-
-    def __init__(self, lifetime_s: float, any_prefix: bool = True, keep: int = 24) -> None:
-        self.lifetime_s = lifetime_s
-        self.any_prefix = any_prefix
-        self.keep = keep
-        self.entries: dict[tuple[Block, ...], float] = {}  # prefix -> expiry second, oldest first
-
-    def _put(self, key: tuple[Block, ...], now: float) -> None:
-        self.entries.pop(key, None)
-        self.entries[key] = now + self.lifetime_s
-
-    def hit(self, now: float, blocks: tuple[Block, ...], marks: Sequence[int] = ()) -> int:
-        """How many leading blocks of ``blocks`` are cached at ``now``; caches ``blocks`` (with
-        ``any_prefix``) or its prefixes of ``marks`` blocks (default: the whole request)."""
-        live = {k: e for k, e in self.entries.items() if e >= now}
-        best, best_key = 0, None
-        for cached in live:
-            n = len(cached)
-            if n <= len(blocks) and blocks[:n] == cached:
-                shared = n
-            elif not self.any_prefix:
-                continue
-            else:
-                shared = 0
-                for a, b in zip(cached, blocks):
-                    if a != b:
-                        break
-                    shared += 1
-            if shared > best:
-                best, best_key = shared, cached
-        self.entries = live
-        if best_key is not None:
-            self._put(best_key, now)  # a read refreshes the entry's lifetime
-        for mark in (len(blocks),) if self.any_prefix or not marks else marks:
-            if mark > 0:
-                self._put(blocks[:mark], now)
-        while len(self.entries) > self.keep:
-            del self.entries[next(iter(self.entries))]
-        return best
-
-
-def breakpoints(blocks: Sequence[Block], end: bool = True) -> list[int]:
-    """Where ``to_anthropic(..., cache=True)`` puts ``cache_control``: after the system prompt,
-    after the summary (a system message next), and (``end``) at the end of the request."""
-    marks = [1]
-    if len(blocks) > 1 and blocks[1][0] == "system":
-        marks.append(2)
-    if end:
-        marks.append(len(blocks))
-    return marks
-
-
-@dataclass
-class Totals:
-    """Running totals of one memory; ``snapshot`` freezes them at a horizon."""
-
-    billed: float = 0.0
-    prompt_tokens: int = 0
-    hit_tokens: int = 0
-    requests: int = 0
-    context_sum: int = 0
-    context_min: Optional[int] = None
-    largest: int = 0
-    cumulative: list[float] = field(default_factory=list)  # billed after each turn
-
-    def snapshot(self, summarizer: Summarizer, summary_output: int, pricing: Pricing) -> dict[str, Any]:
-        billed = self.billed + summarizer.tokens + summary_output * pricing.output
-        return {
-            "billed": round(billed),
-            "cache_hit": self.hit_tokens / max(1, self.prompt_tokens),
-            "summarizer_calls": summarizer.calls,
-            "summarizer_tokens": summarizer.tokens,
-            "mean_context": self.context_sum / max(1, self.requests),
-            "min_context": self.context_min or 0,
-            "largest_request": self.largest,
-            "requests": self.requests,
-        }
-
-
-# -- the memories ---------------------------------------------------------------------------------
+        assert blocks[0][:2] == ("system", SYSTEM_PROMPT), "the request must open with the system prompt"
+        self.events.append(("summ", now, blocks))
+        return self._summary()
 
 
 class Driver:
@@ -223,7 +137,7 @@ class Driver:
         self.budget = budget
         self.count = count
         self.summarizer = summarizer
-        self.now = 0.0  # the clock of the call being driven (a summarizer request is billed then)
+        self.now = 0.0  # the clock of the call being driven (a summarizer request is sent then)
 
     def add(self, message: Message, now: float) -> None:
         raise NotImplementedError
@@ -232,19 +146,19 @@ class Driver:
         """The messages the model gets after the system prompt (the summary first, if any)."""
         raise NotImplementedError
 
+    def folds(self) -> int:
+        """How many times the context was cut so far (summarizer calls, or trims)."""
+        return self.summarizer.calls
+
     summary_as: Any = None
     """``cached_summarizer``'s ``summary_as`` for this memory: ``None`` where the requests carry
     the summary as a system message (``get_messages`` and most integrations), else a method
     calling the integration's public ``cached_prefix`` (its requests put the summary elsewhere)."""
 
 
-def _block(message: Message) -> Block:
-    return (message.role, message.token_text())
-
-
 def _summarize_fn(driver: Driver, shared: bool) -> Any:
     """rollmem's summarizer: ``cached_summarizer`` (its request shares the conversation's cached
-    prefix, billed through the cache at the driver's clock) or the text ``prompt_summarizer``."""
+    prefix, sent at the driver's clock) or the text ``prompt_summarizer``."""
     if not shared:
         return prompt_summarizer(driver.summarizer.record)
     summary_as = None if driver.summary_as is None else (lambda s, e: driver.summary_as(s, e))
@@ -273,46 +187,37 @@ class Rollmem(Driver):
         return [_block(m) for m in self.memory.get_messages()]
 
 
-class RollmemCached(Rollmem):
-    """The recommended configuration: ``RollingMemory.cached(budget, summarize_fn, ...)``."""
+class Recommended(Rollmem):
+    """The recommended configuration: ``RollingMemory.cached(budget, cached_summarizer(...),
+    provider=..., clock=..., prefix_tokens=...)``, told the billing profile's cache rules, the
+    conversation's clock (the second each message is added) and the system prompt's size."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, shared: bool = True) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         Driver.__init__(self, budget, count, summarizer)
-        self.memory = RollingMemory.cached(budget, _summarize_fn(self, shared), count)
+        self.memory = RollingMemory.cached(
+            budget,
+            _summarize_fn(self, True),
+            count,
+            provider=core_profile(profile),
+            clock=lambda: self.now,
+            prefix_tokens=count(SYSTEM_PROMPT),
+        )
 
 
-class RollmemIdleFold(Rollmem):
-    """Issue 18 item 5, measured here only: ``target_tokens`` = ``target`` x the budget, and after
-    an idle pause longer than the cache lifetime (the cache is cold anyway) a buffer over
-    ``cold`` x the budget folds down to it before the request is sent."""
+def core_profile(profile: Profile) -> CacheProfile:
+    """What ``rollmem.policies.CacheAwareBudget`` is told of a billing profile."""
+    if not profile.caches:
+        return CacheProfile(0, 0.0, 1.0, 1.0)
+    return CacheProfile(profile.min_tokens, profile.ttl_s, profile.read, profile.write)
 
-    def __init__(
-        self,
-        budget: int,
-        count: Counter,
-        summarizer: Summarizer,
-        lifetime_s: float,
-        target: float,
-        cold: float,
-    ) -> None:
-        super().__init__(budget, count, summarizer, max(1, int(budget * target)))
-        self.lifetime_s = lifetime_s
-        self.low = max(1, int(budget * cold))
-        self.last = 0.0
 
-    def add(self, message: Message, now: float) -> None:
-        self.now = now
-        cold = now - self.last > self.lifetime_s
-        self.last = now
-        memory = self.memory
-        if cold and (memory.stats().buffer_tokens or 0) > self.low:
-            memory.max_tokens = self.low  # the next add folds down to min(target, low)
-            try:
-                memory.extend([message])
-            finally:
-                memory.max_tokens = self.budget
-        else:
-            memory.extend([message])
+@functools.cache
+def recommended_target(budget: int, profile: Profile) -> int:
+    """The recommended configuration's warm fold depth (``target_tokens``) at ``budget``."""
+    prefix = _counter("bpe")(SYSTEM_PROMPT)
+    return int(
+        RollingMemory.cached(budget, provider=core_profile(profile), prefix_tokens=prefix).target_tokens
+    )
 
 
 def _lc_convert(messages: Sequence[Message]) -> list[Any]:
@@ -389,14 +294,21 @@ def _summary_chat_model(summarizer: Summarizer) -> Any:
 
 
 class LangChainSummarization(_LangGraphState):
-    """LangChain v1 ``SummarizationMiddleware``, documented settings, ``trigger`` at the budget."""
+    """LangChain v1 ``SummarizationMiddleware``, ``trigger`` at the budget: its documented
+    settings (keep the last 20 messages), or with ``keep`` tokens (``keep=("tokens", keep)``)."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(
+        self, budget: int, count: Counter, summarizer: Summarizer, keep: Optional[int] = None
+    ) -> None:
         from langchain.agents.middleware import SummarizationMiddleware
 
         super().__init__(budget, count, summarizer)
+        extra: dict[str, Any] = {} if keep is None else {"keep": ("tokens", keep)}
         self.middleware = SummarizationMiddleware(
-            _summary_chat_model(summarizer), trigger=("tokens", budget), token_counter=_lc_counter(count)
+            _summary_chat_model(summarizer),
+            trigger=("tokens", budget),
+            token_counter=_lc_counter(count),
+            **extra,
         )
 
     def request(self, now: float) -> list[Block]:
@@ -467,36 +379,54 @@ class LlamaIndexSummaryBuffer(Driver):
         out: list[Block] = []
         for native in self.memory.get():
             original = self.originals.get(native.content)
-            out.append(_block(original) if original is not None else ("system", str(native.content)))
+            out.append(_block(original) if original is not None else ("system", str(native.content), 1))
         return out
 
 
 class KeepLast(Driver):
-    """Keep-last-N: langchain-core ``trim_messages``, the newest messages within the budget."""
+    """Keep-last-N: langchain-core ``trim_messages``, the newest messages within the budget on
+    every call; with ``target``, hysteresis (the lossy reference): over the budget, trim to
+    ``target`` tokens, then send everything since until the budget is exceeded again."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(
+        self, budget: int, count: Counter, summarizer: Summarizer, target: Optional[int] = None
+    ) -> None:
         super().__init__(budget, count, summarizer)
         self.messages: list[Any] = []
         self.counter = _lc_counter(count)
+        self.target = target
+        self.trims = 0
 
     def add(self, message: Message, now: float) -> None:
         self.messages.extend(_lc_convert([message]))
 
-    def request(self, now: float) -> list[Block]:
+    def folds(self) -> int:
+        return self.trims
+
+    def _trim(self, limit: int) -> list[Any]:
         from langchain_core.messages import trim_messages
 
-        tail, total = len(self.messages), 0  # trim only a tail holding more than the budget
-        while tail > 0 and total <= self.budget:
+        tail, total = len(self.messages), 0  # trim only a tail holding more than the limit
+        while tail > 0 and total <= limit:
             tail -= 1
             total += self.counter(self.messages[tail : tail + 1])
-        kept = trim_messages(
-            self.messages[max(0, tail - 1) :],
-            max_tokens=self.budget,
-            token_counter=self.counter,
-            strategy="last",
-            start_on="human",
+        return list(
+            trim_messages(
+                self.messages[max(0, tail - 1) :],
+                max_tokens=limit,
+                token_counter=self.counter,
+                strategy="last",
+                start_on="human",
+            )
         )
-        return _lc_blocks(kept)
+
+    def request(self, now: float) -> list[Block]:
+        if self.target is None:
+            return _lc_blocks(self._trim(self.budget))
+        if self.counter(self.messages) > self.budget:
+            self.messages = self._trim(self.target)
+            self.trims += 1
+        return _lc_blocks(self.messages)
 
 
 class NoMemory(Driver):
@@ -840,9 +770,9 @@ class StrandsManager(_Integration):
         return to_rollmem(self.agent.messages)
 
 
-# -- the run --------------------------------------------------------------------------------------
+# -- the rows --------------------------------------------------------------------------------------
 
-Factory = Callable[[int, Counter, Summarizer, Pricing], Driver]
+Factory = Callable[[int, Counter, Summarizer, Profile], Driver]
 
 
 def _target(percent: int, shared: bool = False) -> Factory:
@@ -850,9 +780,13 @@ def _target(percent: int, shared: bool = False) -> Factory:
 
 
 MEMORIES: dict[str, tuple[str, Factory]] = {
-    "cached": (
-        "rollmem RollingMemory.cached + cached_summarizer (recommended)",
-        lambda b, c, s, p: RollmemCached(b, c, s),
+    "recommended": (
+        "rollmem RollingMemory.cached(provider, clock) + cached_summarizer (recommended)",
+        lambda b, c, s, p: Recommended(b, c, s, p),
+    ),
+    "cached_target": (
+        "rollmem target_tokens=cached_target (0.7.0-dev) + cached_summarizer",
+        lambda b, c, s, p: Rollmem(b, c, s, cached_target(b), True),
     ),
     "middleware": (
         "rollmem RollingMemoryMiddleware, defaults + cached_summarizer",
@@ -882,219 +816,192 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
         "rollmem RollingConversationManager (Strands), defaults + cached_summarizer",
         lambda b, c, s, p: StrandsManager(b, c, s),
     ),
-    "cached_text": (
-        "rollmem RollingMemory.cached + prompt_summarizer",
-        lambda b, c, s, p: RollmemCached(b, c, s, shared=False),
-    ),
-    "middleware_text": (
-        "rollmem RollingMemoryMiddleware, defaults + prompt_summarizer",
-        lambda b, c, s, p: RollmemMiddleware(b, c, s, shared=False),
-    ),
     "defaults": ("rollmem RollingMemory() defaults", lambda b, c, s, p: Rollmem(b, c, s, None)),
-    "target90": ("rollmem target_tokens 90%", _target(90)),
-    "target80": ("rollmem target_tokens 80%", _target(80)),
-    "target75": ("rollmem target_tokens 75%", _target(75)),
-    "target50": ("rollmem target_tokens 50%", _target(50)),
-    "target40": ("rollmem target_tokens 40%", _target(40)),
-    "target33": ("rollmem target_tokens 33%", _target(33)),
-    "target25": ("rollmem target_tokens 25%", _target(25)),
-    "target15": ("rollmem target_tokens 15%", _target(15)),
-    "target10": ("rollmem target_tokens 10%", _target(10)),
-    "target2": ("rollmem target_tokens 2%", _target(2)),
     **{
-        f"shared{pct}": (f"rollmem target_tokens {pct}% + cached_summarizer", _target(pct, True))
-        for pct in (1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 25, 33, 40, 50, 62, 75)
+        f"target{pct}": (f"rollmem target_tokens {pct}% + cached_summarizer", _target(pct, True))
+        for pct in (10, 25, 50, 75)
     },
-    "cold25": (
-        "rollmem target 50% + fold to 25% when cold",
-        lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5, 0.25),
-    ),
-    "cold30": (
-        "rollmem target 50% + fold to 30% when cold",
-        lambda b, c, s, p: RollmemIdleFold(b, c, s, p.lifetime_s, 0.5, 0.30),
-    ),
     "lc_summarization": (
-        "LangChain v1 SummarizationMiddleware",
+        "LangChain v1 SummarizationMiddleware (docs' settings)",
         lambda b, c, s, p: LangChainSummarization(b, c, s),
+    ),
+    "lc_tuned": (
+        "LangChain v1 SummarizationMiddleware, keep=('tokens', same depth)",
+        lambda b, c, s, p: LangChainSummarization(b, c, s, keep=recommended_target(b, p)),
     ),
     "llamaindex": ("LlamaIndex ChatSummaryMemoryBuffer", lambda b, c, s, p: LlamaIndexSummaryBuffer(b, c, s)),
     "lc_classic": (
         "langchain-classic ConversationSummaryBufferMemory",
         lambda b, c, s, p: ClassicSummaryBuffer(b, c, s),
     ),
-    "keep_last": ("keep-last-N (trim_messages)", lambda b, c, s, p: KeepLast(b, c, s)),
+    "keep_last": ("keep-last-N (trim_messages), lossy", lambda b, c, s, p: KeepLast(b, c, s)),
+    "keep_last_hyst": (
+        "keep-last-N with hysteresis to the same depth, lossy",
+        lambda b, c, s, p: KeepLast(b, c, s, recommended_target(b, p)),
+    ),
     "none": ("no memory (full history)", lambda b, c, s, p: NoMemory(b, c, s)),
 }
-PEERS = ("lc_summarization", "llamaindex", "lc_classic", "keep_last", "none")
-INTEGRATIONS = ("agents_session", "pydantic_ai", "google_adk", "agent_framework", "strands")
-CANDIDATES = ("cached", "middleware", *INTEGRATIONS)
-FULL_MEMORIES = (
-    "cached",
-    "middleware",
-    *INTEGRATIONS,
-    "cached_text",
-    "middleware_text",
-    "defaults",
-    "target50",
-    "target25",
-    "target10",
-    "cold25",
-    "cold30",
-    "lc_summarization",
-    "llamaindex",
-    "lc_classic",
-    "keep_last",
-    "none",
-)
-QUICK_MEMORIES = (
-    "cached",
-    "middleware",
-    "agents_session",
-    "defaults",
-    "lc_summarization",
-    "llamaindex",
-    "lc_classic",
-    "keep_last",
-    "none",
-)
+DOCS_PEERS = ("lc_summarization", "llamaindex", "lc_classic")  # summarizing peers at the docs' settings
+PEERS = (*DOCS_PEERS, "lc_tuned", "keep_last", "keep_last_hyst", "none")
+PER_PROFILE = ("recommended", "lc_tuned", "keep_last_hyst")  # their requests depend on the profile
+INTEGRATIONS = ("middleware", "agents_session", "pydantic_ai", "google_adk", "agent_framework", "strands")
+GOAL_ROWS = ("recommended",)
+"""The rows held to the goal. Phase 2 of issue 27 (every integration's defaults switch to the
+recommended policy) adds ``INTEGRATIONS`` here."""
+FULL_MEMORIES = ("recommended", "cached_target", *INTEGRATIONS, "defaults", *PEERS)
+QUICK_MEMORIES = ("recommended", "cached_target", "middleware", *DOCS_PEERS, "lc_tuned", "keep_last_hyst")
+FRAMEWORKS = {  # integration row -> (module it needs, rollmem extra)
+    "agents_session": ("agents", "openai-agents"),
+    "pydantic_ai": ("pydantic_ai", "pydantic-ai"),
+    "pydantic_ai_system": ("pydantic_ai", "pydantic-ai"),
+    "google_adk": ("google.adk", "google-adk"),
+    "agent_framework": ("agent_framework", "agent-framework"),
+    "strands": ("strands", "strands"),
+}
 
 
-def run_one(
+# -- a run: the trace, and what does not depend on prices -------------------------------------------
+
+
+class Stats:
+    """The profile-independent figures of one trace, snapshotted at each horizon."""
+
+    def __init__(self, count: Counter) -> None:
+        self.count = count
+        self.requests = 0
+        self.context_sum = 0
+        self.largest = 0
+        self.after_fold_min: Optional[int] = None
+        self.verbatim: list[int] = []  # the first request after each fold
+        self.floor_misses = 0  # first requests after a fold without the newest user message
+
+    def request(
+        self, blocks: Sequence[Block], first_after_fold: bool, folded: bool, summary: str, user: Any
+    ) -> None:
+        count = self.count
+        sizes = [count(text) for _, text, _ in blocks[1:]]
+        context = sum(sizes)
+        self.requests += 1
+        self.context_sum += context
+        self.largest = max(self.largest, context + count(blocks[0][1]))
+        if folded:
+            low = self.after_fold_min
+            self.after_fold_min = context if low is None else min(low, context)
+        if first_after_fold:
+            marked = 0
+            for (_, text, _), size in zip(blocks[1:], sizes):
+                if SUMMARY_TEXT in text:  # a summary block (or a turn carrying the summary)
+                    marked += size if len(text) < 1.5 * len(summary) else count(summary)
+            self.verbatim.append(context - marked)
+            self.floor_misses += user is not None and user not in blocks
+
+    def snapshot(self, calls: int) -> dict[str, Any]:
+        verbatim = sorted(self.verbatim)
+        return {
+            "requests": self.requests,
+            "mean_context": self.context_sum / max(1, self.requests),
+            "min_after_fold": self.after_fold_min or 0,
+            "largest_request": self.largest,
+            "summarizer_calls": calls,
+            "folds": len(verbatim),
+            "verbatim_mean": statistics.mean(verbatim) if verbatim else 0.0,
+            "verbatim_p10": verbatim[len(verbatim) // 10] if verbatim else 0,
+            "verbatim_min": verbatim[0] if verbatim else 0,
+            "floor_misses": self.floor_misses,
+        }
+
+
+def run_trace(
     key: str,
     budget: int,
     turns: Sequence[Sequence[tuple[float, Message]]],
     horizons: Sequence[int],
     count: Counter,
-    pricing: Pricing,
-) -> dict[int, dict[str, Any]]:
-    """Feed ``turns`` to one memory; its figures at each horizon (a number of turns)."""
-    cache = PrefixCache(pricing.lifetime_s, pricing.any_prefix)
-    summarizer = Summarizer(count, cache, pricing)
-    driver = MEMORIES[key][1](budget, count, summarizer, pricing)
-    system: Block = ("system", SYSTEM_PROMPT)
-    system_tokens = count(SYSTEM_PROMPT)
-    totals = Totals()
-    history_tokens = 0
-    calls_seen = 0
-    summary_output = 0
+    profile: Profile,
+) -> tuple[list[Event], dict[int, dict[str, Any]]]:
+    """Feed ``turns`` to one memory: its events (``("call", second, blocks)``, summarizer events,
+    ``("turn", n)``) and its profile-independent figures at each horizon."""
+    events: list[Event] = []
+    summarizer = Summarizer(count, events)
+    driver = MEMORIES[key][1](budget, count, summarizer, profile)
+    system: Block = ("system", SYSTEM_PROMPT, 1)
+    stats = Stats(count)
+    seen_folds = 0
+    last_user: Optional[Block] = None
     out: dict[int, dict[str, Any]] = {}
     for turn_no, turn in enumerate(turns, 1):
         for now, message in turn:
             if message.role == ASSISTANT:
                 blocks = (system, *driver.request(now))
-                costs = [system_tokens] + [count(text) for _, text in blocks[1:]]
-                hit = sum(costs[: cache.hit(now, blocks, breakpoints(blocks))])
-                size = sum(costs)
-                totals.billed += hit * pricing.read + (size - hit) * pricing.write
-                totals.prompt_tokens += size
-                totals.hit_tokens += hit
-                totals.requests += 1
-                context = size - system_tokens
-                totals.context_sum += context
-                if history_tokens > budget:
-                    m = totals.context_min
-                    totals.context_min = context if m is None else min(m, context)
-                totals.largest = max(totals.largest, size)
+                folds = driver.folds()
+                events.append(("call", now, blocks))
+                stats.request(blocks, folds != seen_folds, folds > 0, summarizer.last, last_user)
+                seen_folds = folds
             driver.add(message, now)
-            history_tokens += count(message.token_text())
-        if summarizer.calls != calls_seen:
-            summary_output += (summarizer.calls - calls_seen) * count(f"{SUMMARY_TEXT} (summary 1)")
-            calls_seen = summarizer.calls
-        totals.cumulative.append(totals.billed + summarizer.tokens + summary_output * pricing.output)
+            if message.role == USER:
+                last_user = _block(message)
+        events.append(("turn", turn_no))
         if turn_no in horizons:
-            out[turn_no] = totals.snapshot(summarizer, summary_output, pricing)
-            out[turn_no]["cumulative"] = list(totals.cumulative)
+            out[turn_no] = stats.snapshot(summarizer.calls)
+    return events, out
+
+
+def bill(
+    events: Sequence[Event], profile: Profile, count: Counter, horizons: Sequence[int], curve: bool = False
+) -> dict[int, dict[str, Any]]:
+    """Bill a trace under ``profile``: per horizon, the billed input-token equivalents of the
+    model calls, of summarization (requests, text prompts and summaries) and the cache hits."""
+    cache = Cache(profile)
+    calls = summarizing = 0.0
+    prompt = hits = 0
+    cumulative: list[float] = []
+    out: dict[int, dict[str, Any]] = {}
+    for event in events:
+        kind = event[0]
+        if kind in ("call", "summ"):
+            blocks = event[2]
+            sizes = [count(text) for _, text, _ in blocks]
+            billed, hit = cache.bill(event[1], blocks, sizes)
+            if kind == "call":
+                calls += billed
+                prompt += sum(sizes)
+                hits += hit
+            else:
+                summarizing += billed
+        elif kind == "text":
+            summarizing += event[1]
+        elif kind == "out":
+            summarizing += event[1] * profile.output
+        else:  # a turn ends
+            if curve:
+                cumulative.append(calls + summarizing)
+            if event[1] in horizons:
+                out[event[1]] = {
+                    "billed": calls + summarizing,
+                    "summarizing": summarizing,
+                    "cache_hit": hits / max(1, prompt),
+                }
+    if curve:
+        out[max(horizons)]["cumulative"] = cumulative
     return out
 
 
-def _goal_lines(
-    results: dict[tuple[str, int], dict[int, dict[str, Any]]], budgets: Sequence[int], horizons: Sequence[int]
-) -> tuple[list[str], bool]:
-    lines: list[str] = []
-    ok = any(cand in CANDIDATES for cand, _ in results)
-    for horizon in horizons:
-        for budget in budgets:
-            peers = [(results[(p, budget)][horizon], p) for p in PEERS if (p, budget) in results]
-            if not peers:
-                continue
-            cheapest, name = min(peers, key=lambda x: x[0]["billed"])
-            for cand in CANDIDATES:
-                if (cand, budget) not in results:
-                    continue
-                mine = results[(cand, budget)][horizon]
-                cost = mine["billed"] / cheapest["billed"]
-                ctx = mine["mean_context"] / max(1e-9, cheapest["mean_context"])
-                good = cost <= GOAL_COST and ctx >= GOAL_CONTEXT
-                ok = ok and good
-                lines.append(
-                    f"{'PASS' if good else 'FAIL'} {horizon:>5} turns, budget {budget:>5}: "
-                    f"{MEMORIES[cand][0]} bills {cost:.2f}x the cheapest peer ({MEMORIES[name][0]}; "
-                    f"goal <= {GOAL_COST}x) with {ctx:.2f}x its mean context (goal >= {GOAL_CONTEXT}x)"
-                )
-    return lines, ok
+def output_tokens(
+    turns: Sequence[Sequence[tuple[float, Message]]], count: Counter, horizons: Sequence[int]
+) -> dict[int, int]:
+    """The main model's output up to each horizon: every assistant message's tokens."""
+    total, out = 0, {}
+    for turn_no, turn in enumerate(turns, 1):
+        total += sum(count(m.token_text()) for _, m in turn if m.role == ASSISTANT)
+        if turn_no in horizons:
+            out[turn_no] = total
+    return out
 
 
-def _table(
-    results: dict[tuple[str, int], dict[int, dict[str, Any]]], keys: Sequence[str], budget: int, horizon: int
-) -> str:
-    head = (
-        "| memory | billed | vs cheapest peer | cache hit | summarizer calls | mean context "
-        "| min context | largest request |\n|---|--:|--:|--:|--:|--:|--:|--:|"
-    )
-    peers = [results[(p, budget)][horizon]["billed"] for p in PEERS if (p, budget) in results]
-    floor = min(peers) if peers else 1
-    rows = [head]
-    for key in keys:
-        if (key, budget) not in results:
-            continue
-        r = results[(key, budget)][horizon]
-        rows.append(
-            f"| {MEMORIES[key][0]} | {r['billed'] / 1e6:.3f}M | {r['billed'] / floor:.2f}x | "
-            f"{r['cache_hit']:.0%} | {r['summarizer_calls']} | {r['mean_context']:.0f} | "
-            f"{r['min_context']} | {r['largest_request']} |"
-        )
-    return "\n".join(rows)
+# -- jobs: one trace each, billed under every profile it is compared under --------------------------
 
-
-def plot(
-    results: dict[tuple[str, int], dict[int, dict[str, Any]]],
-    keys: Sequence[str],
-    budget: int,
-    horizon: int,
-    path: str,
-    provider: str,
-) -> None:
-    """Cumulative billed tokens against turns, one line per memory (matplotlib, the bench extra);
-    the integration rows other than the middleware are left out (their lines lie on the
-    recommended configuration's)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
-    colors = plt.get_cmap("tab20").colors
-    for n, key in enumerate(k for k in keys if (k, budget) in results and k not in FRAMEWORKS):
-        series = results[(key, budget)][horizon]["cumulative"]
-        style = "--" if key in PEERS else "-"  # peers dashed, rollmem solid
-        width = 2.4 if key in CANDIDATES else 1.3
-        ax.plot(
-            range(1, len(series) + 1),
-            [v / 1e6 for v in series],
-            style,
-            color=colors[(2 * n) % 20 + (n // 10) % 2],
-            linewidth=width,
-            label=MEMORIES[key][0],
-        )
-    ax.set_yscale("log")
-    ax.set_xlabel("turns")
-    ax.set_ylabel("cumulative billed input-token equivalents (millions, log scale)")
-    ax.set_title(f"Billed cost per memory, budget {budget} tokens, {provider} prices")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+Job = tuple[str, int, str, Optional[str], tuple[str, ...]]
+"""(row, budget, clock, profile the row is told (``None``: it is told none), profiles to bill under)."""
 
 
 def _counter(name: str) -> Counter:
@@ -1111,21 +1018,42 @@ def _counter(name: str) -> Counter:
     return count
 
 
-def _run_job(
-    key: str, budget: int, horizons: Sequence[int], counter: str, provider: str
-) -> dict[int, dict[str, Any]]:
-    """``run_one`` in a worker process: builds its own workload and counter."""
-    return run_one(key, budget, timed_turns(horizons[-1]), horizons, _counter(counter), PRICES[provider])
+def run_job(job: Job, horizons: Sequence[int], counter: str, curve: Optional[str]) -> dict[str, Any]:
+    """One trace (in a worker process: it builds its own workload and counter), billed under
+    the job's profiles."""
+    key, budget, clock, told, under = job
+    count = _counter(counter)
+    turns = timed_turns(horizons[-1], clock=clock)
+    events, stats = run_trace(key, budget, turns, horizons, count, PROFILES[told or DEFAULT_PROFILE])
+    bills = {name: bill(events, PROFILES[name], count, horizons, curve == name) for name in under}
+    return {"stats": stats, "bills": bills}
 
 
-FRAMEWORKS = {  # integration row -> (module it needs, rollmem extra)
-    "agents_session": ("agents", "openai-agents"),
-    "pydantic_ai": ("pydantic_ai", "pydantic-ai"),
-    "pydantic_ai_system": ("pydantic_ai", "pydantic-ai"),
-    "google_adk": ("google.adk", "google-adk"),
-    "agent_framework": ("agent_framework", "agent-framework"),
-    "strands": ("strands", "strands"),
-}
+def told(key: str, budget: int, profile: Profile) -> object:
+    """What a row told a profile does with it: profiles with the same answer share one trace.
+    ``CacheAwareBudget`` decides from the minimum, the lifetime and whether a cached token is
+    cheaper (not from the read and write prices), the rows tuned to its depth from that depth."""
+    if key == "recommended":
+        core = core_profile(profile)
+        return (core.min_tokens, core.ttl, core.caches)
+    return recommended_target(budget, profile)
+
+
+def plan_jobs(
+    keys: Sequence[str], budgets: Sequence[int], clocks: Sequence[str], profiles: Sequence[str]
+) -> list[Job]:
+    """One job per trace: rows told nothing run once and are billed under every profile; the
+    rows told a profile once per distinct use of it (:func:`told`), billed under those profiles."""
+    jobs: list[Job] = []
+    for clock, budget, key in itertools.product(clocks, budgets, keys):
+        if key not in PER_PROFILE:
+            jobs.append((key, budget, clock, None, tuple(profiles)))
+            continue
+        groups: dict[object, list[str]] = {}
+        for name in profiles:
+            groups.setdefault(told(key, budget, PROFILES[name]), []).append(name)
+        jobs.extend((key, budget, clock, names[0], tuple(names)) for names in groups.values())
+    return jobs
 
 
 def _installed(keys: Sequence[str]) -> list[str]:
@@ -1143,57 +1071,279 @@ def _installed(keys: Sequence[str]) -> list[str]:
     return out
 
 
+# -- the report -------------------------------------------------------------------------------------
+
+Results = dict[tuple[str, int, str, str], dict[int, dict[str, Any]]]
+"""(row, budget, clock, profile) -> horizon -> figures (stats and bill merged)."""
+
+
+def collect(raw: dict[Job, dict[str, Any]]) -> Results:
+    results: Results = {}
+    for (key, budget, clock, _, _), run in raw.items():
+        for name, bills in run["bills"].items():
+            results[(key, budget, clock, name)] = {h: {**run["stats"][h], **bills[h]} for h in bills}
+    return results
+
+
+def uncacheable(profile: Profile, budget: int, system_tokens: int) -> bool:
+    """Whether no request of this budget can be cached: no caching, or under the minimum."""
+    return not profile.caches or profile.read >= 1.0 or system_tokens + budget + 200 < profile.min_tokens
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("inf")
+
+
+def goal_cell(
+    results: Results,
+    row: str,
+    budget: int,
+    clock: str,
+    name: str,
+    horizon: int,
+    system_tokens: int,
+    extra: dict[int, int],
+) -> Optional[dict[str, Any]]:
+    """The goal's figures for one row in one cell, or ``None`` when a figure is missing."""
+    docs = [
+        (results[(p, budget, clock, name)][horizon], p)
+        for p in DOCS_PEERS
+        if (p, budget, clock, name) in results
+    ]
+    mine = results.get((row, budget, clock, name), {}).get(horizon)
+    tuned = results.get(("lc_tuned", budget, clock, name), {}).get(horizon)
+    if not docs or mine is None:
+        return None
+    peer, peer_key = min(docs, key=lambda x: x[0]["billed"])
+    output = extra[horizon] * PROFILES[name].output
+    cell = {
+        "peer": peer_key,
+        "cost": _ratio(mine["billed"], peer["billed"]),
+        "cost_output": _ratio(mine["billed"] + output, peer["billed"] + output),
+        "tuned": _ratio(mine["billed"], tuned["billed"]) if tuned else None,
+        "context": _ratio(mine["mean_context"], peer["mean_context"]),
+        "verbatim": _ratio(mine["verbatim_mean"], peer["verbatim_mean"]),
+        "smallest": _ratio(mine["min_after_fold"], peer["min_after_fold"]),
+        "floor_misses": mine["floor_misses"],
+        "uncacheable": uncacheable(PROFILES[name], budget, system_tokens),
+    }
+    if cell["uncacheable"]:
+        failed = [
+            k
+            for k, ok in (("cost", cell["cost"] <= GOAL_TUNED), ("context", cell["context"] >= GOAL_CONTEXT))
+            if not ok
+        ]
+    else:
+        checks = (
+            ("cost", cell["cost"] <= GOAL_COST),
+            ("tuned", cell["tuned"] is None or cell["tuned"] <= GOAL_TUNED),
+            ("context", cell["context"] >= GOAL_CONTEXT),
+            ("verbatim", cell["verbatim"] >= GOAL_VERBATIM),
+            ("smallest", cell["smallest"] >= GOAL_VERBATIM),
+        )
+        failed = [k for k, ok in checks if not ok]
+    if cell["floor_misses"]:
+        failed.append("floor")
+    cell["failed"] = failed
+    return cell
+
+
+def _line(cell: dict[str, Any], row: str, name: str, clock: str, horizon: int, budget: int) -> str:
+    """One cell's PASS/FAIL line."""
+    tuned = "-" if cell["tuned"] is None else f"{cell['tuned']:.2f}x"
+    goal = f"<= {GOAL_TUNED}x, uncacheable" if cell["uncacheable"] else f"<= {GOAL_COST}x"
+    failed = f"; failed: {', '.join(cell['failed'])}" if cell["failed"] else ""
+    return (
+        f"{'FAIL' if cell['failed'] else 'PASS'} {name:>14} {clock:>7} {horizon:>5} turns, "
+        f"budget {budget:>5}: {row} bills {cell['cost']:.2f}x {cell['peer']} ({goal}; "
+        f"{cell['cost_output']:.2f}x with output), {tuned} the tuned middleware, context "
+        f"{cell['context']:.2f}x, verbatim after a fold {cell['verbatim']:.2f}x, smallest context "
+        f"{cell['smallest']:.2f}x{failed}"
+    )
+
+
+def goal_lines(
+    results: Results,
+    rows: Sequence[str],
+    grid: tuple[Sequence[int], Sequence[str], Sequence[str], Sequence[int]],
+    system_tokens: int,
+    extra: dict[int, int],
+) -> tuple[list[str], list[str], bool]:
+    """The PASS/FAIL line of every cell, a goal table per horizon (profile x clock rows, budget
+    columns: cost vs the docs peer / vs the tuned middleware) and whether all passed."""
+    budgets, clocks, profiles, horizons = grid
+    lines: list[str] = []
+    cells: dict[tuple[str, str, int, int], str] = {}
+    for name, clock, budget, horizon, row in itertools.product(profiles, clocks, budgets, horizons, rows):
+        cell = goal_cell(results, row, budget, clock, name, horizon, system_tokens, extra)
+        if cell is None:
+            continue
+        lines.append(_line(cell, row, name, clock, horizon, budget))
+        if row == rows[0]:
+            tuned = "-" if cell["tuned"] is None else f"{cell['tuned']:.2f}"
+            shown = f"{cell['cost']:.2f} / {tuned}" + (" FAIL" if cell["failed"] else "")
+            cells[(name, clock, budget, horizon)] = shown
+    tables: list[str] = []
+    for horizon in horizons:
+        tables += ["", f"{horizon:,} turns:", ""]
+        tables.append("| profile | clock | " + " | ".join(f"{b:,}" for b in budgets) + " |")
+        tables.append("|---|---|" + "--:|" * len(budgets))
+        for name, clock in itertools.product(profiles, clocks):
+            shown = [cells.get((name, clock, budget, horizon), "-") for budget in budgets]
+            tables.append(f"| {name} | {clock} | " + " | ".join(shown) + " |")
+    return lines, tables, not any(line.startswith("FAIL") for line in lines)
+
+
+def table(
+    results: Results,
+    keys: Sequence[str],
+    budget: int,
+    clock: str,
+    name: str,
+    horizon: int,
+    extra: dict[int, int],
+) -> str:
+    head = (
+        "| memory | billed | vs peer | with output | cache hit | summarizer calls | mean context "
+        "| smallest after a fold | verbatim after a fold (mean / p10 / min) |\n"
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+    )
+    docs = [
+        results[(p, budget, clock, name)][horizon]["billed"]
+        for p in DOCS_PEERS
+        if (p, budget, clock, name) in results
+    ]
+    floor = min(docs) if docs else 1.0
+    output = extra[horizon] * PROFILES[name].output
+    rows = [head]
+    for key in keys:
+        r = results.get((key, budget, clock, name), {}).get(horizon)
+        if r is None:
+            continue
+        rows.append(
+            f"| {MEMORIES[key][0]} | {r['billed'] / 1e6:.3f}M | {r['billed'] / floor:.2f}x | "
+            f"{(r['billed'] + output) / (floor + output):.2f}x | {r['cache_hit']:.0%} | "
+            f"{r['summarizer_calls']} | "
+            f"{r['mean_context']:.0f} | {r['min_after_fold']} | "
+            f"{r['verbatim_mean']:.0f} / {r['verbatim_p10']} / {r['verbatim_min']} |"
+        )
+    return "\n".join(rows)
+
+
+def plot(
+    results: Results, keys: Sequence[str], budget: int, clock: str, name: str, horizon: int, path: str
+) -> None:
+    """Cumulative billed tokens against turns, one line per memory (matplotlib, the bench extra);
+    the integration rows are left out (their lines lie near the recommended configuration's)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    colors = plt.get_cmap("tab20").colors
+    shown = [k for k in keys if "cumulative" in results.get((k, budget, clock, name), {}).get(horizon, {})]
+    for n, key in enumerate(k for k in shown if k not in INTEGRATIONS):
+        series = results[(key, budget, clock, name)][horizon]["cumulative"]
+        ax.plot(
+            range(1, len(series) + 1),
+            [v / 1e6 for v in series],
+            "--" if key in PEERS else "-",
+            color=colors[(2 * n) % 20 + (n // 10) % 2],
+            linewidth=2.4 if key in GOAL_ROWS else 1.3,
+            label=MEMORIES[key][0],
+        )
+    ax.set_yscale("log")
+    ax.set_xlabel("turns")
+    ax.set_ylabel("cumulative billed input-token equivalents (millions, log scale)")
+    ax.set_title(f"Billed cost per memory, budget {budget} tokens, {PROFILES[name].label}, {clock} clock")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short horizons and one budget (CI)")
-    parser.add_argument("--provider", choices=sorted(PRICES), default=DEFAULT_PROVIDER)
+    parser.add_argument(
+        "--quick", action="store_true", help="short conversations, one budget, a few profiles (CI)"
+    )
+    parser.add_argument("--profiles", nargs="*", choices=sorted(PROFILES), help="default: by mode")
+    parser.add_argument("--clocks", nargs="*", choices=sorted(CLOCKS), help="default: by mode")
     parser.add_argument("--counter", choices=("bpe", "words"), default="bpe")
     parser.add_argument("--budgets", type=int, nargs="*", help="token budgets (default: by mode)")
     parser.add_argument("--horizons", type=int, nargs="*", help="turn counts (default: by mode)")
     parser.add_argument("--memories", nargs="*", choices=sorted(MEMORIES), help="default: by mode")
-    parser.add_argument("--plot", help="write the cumulative-cost PNG here (budget 2000, longest horizon)")
+    parser.add_argument(
+        "--tables",
+        nargs="*",
+        default=None,
+        metavar="PROFILE/CLOCK",
+        help="detailed tables for these profile/clock pairs ('all'; default: first profile, current clock)",
+    )
+    parser.add_argument(
+        "--plot", help="write the cumulative-cost PNG here (budget 2000, first profile, current clock)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (the same figures, sooner)")
     args = parser.parse_args(argv)
     budgets = args.budgets or (QUICK_BUDGETS if args.quick else FULL_BUDGETS)
     horizons = sorted(args.horizons or (QUICK_HORIZONS if args.quick else FULL_HORIZONS))
+    clocks = args.clocks or (QUICK_CLOCKS if args.quick else FULL_CLOCKS)
+    profiles = args.profiles or (QUICK_PROFILES if args.quick else tuple(PROFILES))
     keys = args.memories or _installed(QUICK_MEMORIES if args.quick else FULL_MEMORIES)
-    pricing = PRICES[args.provider]
-    count = _counter(args.counter)
+    plot_at = (
+        2000 if 2000 in budgets else budgets[0],
+        "current" if "current" in clocks else clocks[0],
+        profiles[0],
+    )
     started = time.perf_counter()
-    jobs = [(key, budget) for budget in budgets for key in keys]
-    results: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    jobs = plan_jobs(keys, budgets, clocks, profiles)
+    raw: dict[Job, dict[str, Any]] = {}
+
+    def curve(job: Job) -> Optional[str]:
+        return profiles[0] if args.plot and (job[1], job[2]) == plot_at[:2] else None
+
     if args.jobs > 1:  # the same numbers, from worker processes (deterministic: no timing)
         with ProcessPoolExecutor(args.jobs) as pool:
-            futures = {
-                job: pool.submit(_run_job, *job, horizons, args.counter, args.provider) for job in jobs
-            }
-            results = {job: future.result() for job, future in futures.items()}
+            futures = {job: pool.submit(run_job, job, horizons, args.counter, curve(job)) for job in jobs}
+            raw = {job: future.result() for job, future in futures.items()}
     else:
-        turns = timed_turns(horizons[-1])
-        for key, budget in jobs:
-            results[(key, budget)] = run_one(key, budget, turns, horizons, count, pricing)
+        raw = {job: run_job(job, horizons, args.counter, curve(job)) for job in jobs}
+    results = collect(raw)
+    count = _counter(args.counter)
+    system_tokens = count(SYSTEM_PROMPT)
+    extra = output_tokens(timed_turns(horizons[-1]), count, horizons)
     print(
-        f"rollmem cost benchmark: {args.provider} prices ({pricing.source}: write {pricing.write}x, "
-        f"read {pricing.read}x, output {pricing.output}x, cache lifetime {pricing.lifetime_s:.0f} s), "
-        f"{args.counter} counter, system prompt {count(SYSTEM_PROMPT)} tokens"
+        f"rollmem cost benchmark: {len(profiles)} profiles, clocks {', '.join(clocks)}, "
+        f"{args.counter} counter, system prompt {system_tokens} tokens"
     )
-    for horizon in horizons:
-        for budget in budgets:
-            print(f"\n### {horizon} turns, budget {budget} tokens\n")
-            print(_table(results, keys, budget, horizon))
+    wanted = args.tables if args.tables is not None else [f"{profiles[0]}/current"]
+    for name, clock, horizon, budget in itertools.product(profiles, clocks, horizons, budgets):
+        if "all" in wanted or f"{name}/{clock}" in wanted:
+            label = f"{PROFILES[name].label}, {clock} clock"
+            print(f"\n#### {label}: {horizon} turns, budget {budget} tokens\n")
+            print(table(results, keys, budget, clock, name, horizon, extra))
+    rows = [k for k in GOAL_ROWS if k in keys]
     goal_horizons = [h for h in horizons if h in GOAL_HORIZONS] or horizons[-1:]
-    lines, ok = _goal_lines(results, budgets, goal_horizons)
+    axes = (budgets, clocks, profiles, goal_horizons)
+    lines, grid, ok = goal_lines(results, rows, axes, system_tokens, extra)
+    print("\n#### The goal: the recommended configuration's bill / the cheapest docs peer's")
+    print("/ the tuned middleware's (FAIL: a figure misses the goal, see the lines below)")
+    print("\n".join(grid))
     print()
     print("\n".join(lines))
     if args.plot:
-        plot_budget = 2000 if 2000 in budgets else budgets[0]
-        plot(results, keys, plot_budget, horizons[-1], args.plot, args.provider)
+        budget, clock, name = plot_at
+        plot(results, keys, budget, clock, name, horizons[-1], args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json:
         slim = {
-            f"{key}/{budget}": {h: {k: v for k, v in r.items() if k != "cumulative"} for h, r in runs.items()}
-            for (key, budget), runs in results.items()
+            "/".join(map(str, k)): {
+                h: {f: x for f, x in r.items() if f != "cumulative"} for h, r in v.items()
+            }
+            for k, v in results.items()
         }
         print(json.dumps(slim, indent=1))
     print(f"\n{'goal met' if ok else 'goal NOT met'} ({time.perf_counter() - started:.0f} s)")

@@ -1,11 +1,19 @@
 """The billed-cost benchmark's workload: a system prompt, and a timed conversation with tool calls.
 
-``timed_turns(turns)`` cuts the synthetic conversation of :mod:`workload` into turns (a user message,
-then the assistant's messages and tool results up to its answer; about one turn in six calls one
-tool, one in twenty-four two in parallel) and gives each message the second at which it is sent:
-users answer 20 s to 4 min after the previous answer, and one turn in twenty comes after an idle
-pause of 6 to 40 minutes (longer than a 5-minute cache lifetime); tool results follow within
-seconds. Deterministic: the same ``turns`` give the same messages and times everywhere.
+``timed_turns(turns, clock=...)`` cuts the synthetic conversation of :mod:`workload` into turns (a
+user message, then the assistant's messages and tool results up to its answer; about one turn in
+six calls one tool, one in twenty-four two in parallel) and gives each message the second at which
+it is sent. The user's think time (from the previous answer to the next user message) is the
+``clock``'s (:data:`CLOCKS`):
+
+- ``current`` (issue 18's): 20 s to 4 min, and one turn in twenty after an idle pause of 6 to 40
+  minutes (longer than a 5-minute cache lifetime): a 5-minute cache is warm by construction on
+  the other turns;
+- ``exp2`` and ``exp10``: exponential think times with a mean of 2 and 10 minutes (heavy-tailed:
+  with a 5-minute cache, 8% and 61% of the turns start cold; with a 1-hour cache, none and 0.25%).
+
+Tool results and answers follow within seconds. Deterministic: the same ``turns`` and ``clock``
+give the same messages and times everywhere (the messages do not depend on the clock).
 """
 
 from __future__ import annotations
@@ -111,11 +119,25 @@ SYSTEM_PROMPT = _PROSE + json.dumps(_TOOL_SCHEMAS, indent=1)
 """A realistic system prompt for a tool-using support agent: about 1,200 BPE tokens (cl100k)."""
 
 IDLE_EVERY = 20
-"""One turn in this many starts after an idle pause longer than a 5-minute cache lifetime."""
+"""``current`` clock: one turn in this many starts after an idle pause longer than 5 minutes."""
+
+CLOCKS = {"current": 0.0, "exp2": 120.0, "exp10": 600.0}
+"""The think-time models by name: ``current`` (uniform, with idle pauses), else exponential with
+this mean in seconds."""
 
 
-def timed_turns(turns: int, seed: int = 20240501) -> list[list[tuple[float, Message]]]:
-    """``turns`` turns, each a list of ``(second sent, message)``, the user message first."""
+def _think(rng: random.Random, clock: str) -> float:
+    mean = CLOCKS[clock]
+    if mean:
+        return rng.expovariate(1 / mean)
+    return rng.uniform(360, 2400) if rng.random() < 1 / IDLE_EVERY else rng.uniform(20, 240)
+
+
+def timed_turns(
+    turns: int, seed: int = 20240501, clock: str = "current"
+) -> list[list[tuple[float, Message]]]:
+    """``turns`` turns, each a list of ``(second sent, message)``, the user message first; the
+    user's think times are the ``clock``'s (a key of :data:`CLOCKS`)."""
     messages = conversation(turns * 6 + 16, seed)  # a turn averages under three messages
     rng = random.Random(seed + 1)
     out: list[list[tuple[float, Message]]] = []
@@ -124,8 +146,7 @@ def timed_turns(turns: int, seed: int = 20240501) -> list[list[tuple[float, Mess
         if message.role == USER:
             if len(out) == turns:
                 break
-            idle = rng.random() < 1 / IDLE_EVERY
-            now += rng.uniform(360, 2400) if idle else rng.uniform(20, 240)
+            now += _think(rng, clock)
             out.append([])
         else:
             now += rng.uniform(2, 8)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
@@ -18,7 +19,18 @@ from rollmem import (
     cached_target,
 )
 from rollmem.memory import AsyncMemory, Memory
-from rollmem.policies import BufferView, KeepAll, Plan, Policy, TokenBudget, unit_spans
+from rollmem.policies import (
+    PROVIDERS,
+    VERBATIM_FLOOR,
+    BufferView,
+    CacheAwareBudget,
+    CacheProfile,
+    KeepAll,
+    Plan,
+    Policy,
+    TokenBudget,
+    unit_spans,
+)
 
 from .contract import MemoryContract
 
@@ -172,22 +184,151 @@ def test_cached_target_checks_max_tokens_like_the_memory(
             build(value)
 
 
-def test_cached_is_rolling_memory_with_the_cached_target(recorder: Any) -> None:
+def test_cached_is_rolling_memory_with_the_cache_aware_policy(recorder: Any) -> None:
     memory = RollingMemory.cached(2000, recorder, len, on_evict=lambda evicted: None)
     assert type(memory) is RollingMemory
-    assert (memory.max_tokens, memory.target_tokens) == (2000, 765)
+    assert type(memory.policy) is CacheAwareBudget
+    assert memory.policy.provider == PROVIDERS["anthropic"]
+    assert memory.policy.clock is time.monotonic
+    # with nothing sent before the conversation, a cacheable request needs 1,024 tokens of it
+    assert (memory.max_tokens, memory.target_tokens) == (2000, 1024)
+    assert RollingMemory.cached(2000, prefix_tokens=1200).target_tokens == VERBATIM_FLOOR + 100 == 750
+    assert RollingMemory.cached(8000, provider="anthropic-4096", prefix_tokens=1186).target_tokens == 2910
+    assert RollingMemory.cached(4000, provider="anthropic-4096").target_tokens == 700  # never cacheable
+    assert RollingMemory.cached(100, provider="none").target_tokens == 85  # 85% of a small budget
     assert RollingMemory().target_tokens == 2000  # the constructor's default stays max_tokens
-    small = RollingMemory.cached(10, recorder)
-    for word in "abcdefghijk":
-        small.add_user_message(word)
-    assert [m.content for m in small.buffer] == list("fghijk")  # folded down to 6, not 10
-    assert [[m.content for m in folded] for _, folded in recorder.calls] == [list("abcde")]
+    memory.target_tokens = 500  # an explicit target overrides the policy's
+    assert memory.target_tokens == 500
+    assert repr(memory).startswith("<RollingMemory max_tokens=2000 target_tokens=500")
 
 
-async def test_async_cached_is_async_rolling_memory_with_the_cached_target(recorder: Any) -> None:
-    memory = AsyncRollingMemory.cached(4000, recorder, background=True)
+async def test_async_cached_is_async_rolling_memory_with_the_cache_aware_policy(recorder: Any) -> None:
+    memory = AsyncRollingMemory.cached(4000, recorder, provider="openai", prefix_tokens=2000, background=True)
     assert type(memory) is AsyncRollingMemory
-    assert (memory.max_tokens, memory.target_tokens, memory.background) == (4000, 479, True)
+    assert type(memory.policy) is CacheAwareBudget
+    assert (memory.max_tokens, memory.target_tokens, memory.background) == (4000, 700, True)
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+LIKE_ANTHROPIC = CacheProfile(min_tokens=1024, ttl=300.0, read=0.1, write=1.25)
+
+
+def hundred(role: str, n: int) -> Message:
+    """A message of 100 tokens (the default counter counts words)."""
+    return Message(role, " ".join([f"{role}{n}"] * 100))
+
+
+def exchange(memory: Any, clock: Clock, turns: int, think: float = 30.0, start: int = 0) -> None:
+    for n in range(start, start + turns):
+        clock.now += think
+        memory.extend([hundred("user", n)])
+        clock.now += 5
+        memory.extend([hundred("assistant", n)])
+
+
+def test_a_warm_cache_folds_over_max_tokens_down_to_the_floor(recorder: Any) -> None:
+    clock = Clock()
+    memory = RollingMemory.cached(2000, recorder, provider=LIKE_ANTHROPIC, clock=clock, prefix_tokens=1200)
+    exchange(memory, clock, 10)  # 2,000 tokens: at the budget, no fold
+    assert recorder.calls == []
+    exchange(memory, clock, 1, start=10)  # the user message makes 2,100: folds down to 750 (700 + 100)
+    assert len(recorder.calls) == 1
+    assert memory.stats().buffer_tokens == 800
+    assert memory.buffer[0].content.startswith("user7 ")
+
+
+def test_a_cold_cache_folds_early_but_not_below_its_depth(recorder: Any) -> None:
+    clock = Clock()
+    memory = RollingMemory.cached(2000, recorder, provider=LIKE_ANTHROPIC, clock=clock, prefix_tokens=1200)
+    exchange(memory, clock, 8)  # 1,600 tokens: 4/5 of the budget, warm
+    exchange(memory, clock, 1, think=299, start=8)  # 1,800 tokens, but the cache is still warm
+    assert recorder.calls == []
+    clock.now += 301  # idle longer than the cache lives: the next request is a full write anyway
+    memory.extend([hundred("user", 9)])  # 1,900 tokens > 1,600: folds now, down to 750 + 250
+    assert len(recorder.calls) == 1
+    assert memory.stats().buffer_tokens == 900  # 1,000 at most, starting on a user turn
+    assert memory.buffer[0].content.startswith("user5 ")
+    clock.now += 400
+    memory.extend([hundred("assistant", 9)])  # cold again, but 1,000 is under 1,600: no fold
+    assert len(recorder.calls) == 1
+
+
+def test_without_caching_a_long_pause_changes_nothing(recorder: Any) -> None:
+    clock = Clock()
+    memory = RollingMemory.cached(2000, recorder, provider="none", clock=clock)
+    exchange(memory, clock, 9, think=3600)
+    assert recorder.calls == []
+    assert memory.stats().buffer_tokens == 1800
+
+
+def test_a_fold_keeps_the_last_user_turn_and_what_answers_it(recorder: Any) -> None:
+    clock = Clock()
+    memory = RollingMemory.cached(1000, recorder, clock=clock)
+    memory.target_tokens = 1  # as deep as it goes
+    exchange(memory, clock, 5)
+    memory.extend([hundred("user", 5)])  # 1,100 tokens: the previous exchange stays with it
+    assert [m.content.split()[0] for m in memory.buffer] == ["user4", "assistant4", "user5"]
+    call = Message("assistant", "", tool_calls=[ToolCall("c1", "f", "{}")])
+    memory.extend([call, Message("tool", " ".join(["r"] * 750), tool_call_id="c1")])  # mid-turn, over
+    assert [m.role for m in memory.buffer] == ["user", "assistant", "tool"]  # the turn in progress stays
+    assert memory.buffer[0].content.startswith("user5 ")
+    assert len(recorder.calls) == 2
+
+
+def test_max_tokens_wins_over_the_floor(recorder: Any) -> None:
+    memory = RollingMemory.cached(1000, recorder)
+    memory.add_user_message(" ".join(["q"] * 300))
+    call = Message("assistant", "", tool_calls=[ToolCall("c1", "f", "{}")])
+    memory.extend([call, Message("tool", " ".join(["r"] * 900), tool_call_id="c1")])
+    assert [m.role for m in memory.buffer] == ["assistant", "tool"]  # the user turn went: over budget
+    assert len(recorder.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"provider": "anthropic-9h"}, ValueError, "provider must be one of ['anthropic', "),
+        ({"provider": 3}, TypeError, "provider: expected a CacheProfile, a name or None, got int"),
+        ({"clock": 3}, TypeError, "clock"),
+        ({"prefix_tokens": -1}, ValueError, "prefix_tokens must be >= 0, got -1"),
+        ({"prefix_tokens": 1.5}, TypeError, "prefix_tokens: expected int, got float"),
+    ],
+)
+def test_cached_checks_its_arguments(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=f"^{re.escape(message)}"):
+        RollingMemory.cached(2000, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ((-1, 300.0, 0.1, 1.25), ValueError, "min_tokens must be >= 0, got -1"),
+        ((1024, "5m", 0.1, 1.25), TypeError, "ttl: expected a number, got str"),
+        ((1024, 300.0, float("nan"), 1.25), ValueError, "read must be a finite number >= 0, got nan"),
+        ((1024, 300.0, 0.1, True), TypeError, "write: expected a number, got bool"),
+    ],
+)
+def test_a_cache_profile_checks_its_fields(
+    fields: tuple[Any, ...], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^{re.escape(message)}$"):
+        CacheProfile(*fields)
+
+
+def test_the_named_profiles_say_which_cache() -> None:
+    assert PROVIDERS["anthropic-1h"].ttl == 3600
+    assert PROVIDERS["anthropic-4096"].min_tokens == 4096
+    assert [name for name, profile in PROVIDERS.items() if not profile.caches] == ["none"]
+    assert not CacheProfile(1024, 300.0, 1.0, 1.0).caches  # a cached token costing as much: no caching
 
 
 def test_the_window_is_a_validated_property() -> None:
