@@ -31,7 +31,7 @@ import inspect
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, TypeVar, Union, overload
+from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from . import _validate as v
 from ._base import _ASYNC_TWINS, PlanFn, _async_advice, _Call, _Folding
