@@ -187,6 +187,15 @@ def check_request(request: LlmRequest, pending: frozenset[str] = frozenset()) ->
     ]
 
 
+def assert_counted(texts: list[str], everything: list[str], restarts: int) -> None:
+    """Each content counted once (a content with parallel responses is one count), once more at
+    most after a restart: the state holds the costs of what the last fold kept, not newer ones."""
+    assert max(texts.count(text) for text in texts) <= 2
+    once = len(set(texts))
+    assert len(everything) // 2 < once < len(everything)
+    assert len(texts) - once <= restarts * 12
+
+
 async def run_conversation(chat: Chat, turns: int, restart_every: int) -> list[str]:
     """Runs ``turns`` turns, restarting every ``restart_every``; returns the keys of every message
     of the conversation in order."""
@@ -233,9 +242,9 @@ async def test_a_long_conversation_with_restarts_folds_each_message_once(tmp_pat
     questions = [e for e in session.events if e.author == "user" and e.content.parts[0].text]
     assert len(questions) == 24
 
-    # The counter saw each message once over the whole conversation, across the restarts.
-    assert len(counter.texts) == len(set(counter.texts))
-    assert len(counter.texts) == len(everything) - 1
+    # The counter saw each content once per process (one call per content); a restart counts once
+    # more only the contents added since the last fold.
+    assert_counted(counter.texts, everything, restarts=4)
 
 
 async def run_process(db: str, log: str, first: int, turns: int) -> None:
@@ -291,15 +300,15 @@ def test_real_process_restarts(tmp_path: Path) -> None:
         everything.append(f"assistant:{answer}")
     assert len(folded) > len(everything) // 2
     assert folded == everything[: len(folded)]
-    assert len(counted) == len(set(counted)) == len(everything) - 1
+    assert_counted(counted, everything, restarts=2)
 
 
 async def test_a_model_call_converts_and_counts_only_the_new_contents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Per model call, the contents fingerprinted (each converted one is, plus a few checks) and
-    the counter calls stay the same whether the session holds 20 or 60 turns (folds start around
-    turn 17): a call does O(new contents) work, not O(buffer)."""
+    """Per model call, the contents fingerprinted and the counter calls stay the same whether the
+    session holds 20 or 60 turns (folds start around turn 17): a call does O(new contents) work,
+    not O(buffer)."""
     prints: list[int] = []
     fingerprint = google_adk._fingerprint
 
@@ -320,7 +329,9 @@ async def test_a_model_call_converts_and_counts_only_the_new_contents(
     assert len(chat.received[-1].contents) > 20  # the buffer holds many turns
     early, late = per_call[20:30], per_call[50:60]
     assert {calls for _, calls in late} == {calls for _, calls in early} == {2}
-    assert max(n for n, _ in late) <= max(n for n, _ in early) <= 6
+    # one fingerprint per model call (the newest content), and at a fold those of the contents it
+    # folds (the state names the newest folded ones): the same early and late
+    assert {n for n, _ in late} == {n for n, _ in early} == {2, 9}
 
 
 async def test_an_async_summarizer_and_the_words_default(tmp_path: Path) -> None:
@@ -462,7 +473,7 @@ async def test_each_agent_of_a_multi_agent_app_has_its_own_memory(tmp_path: Path
     assert not script
     state = (await service.get_session(app_name=APP, user_id=USER, session_id=session.id)).state
     assert state[STATE_PREFIX + "packer"]["summary"]
-    assert state[STATE_PREFIX + "forecaster"]["summary"] == ""  # one short request, nothing folded
+    assert STATE_PREFIX + "forecaster" not in state  # one short request: nothing folded, nothing written
     for request in received:
         check_request(request)
     folded = [key(m) for m in summarizer.folded]

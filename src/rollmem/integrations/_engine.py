@@ -1,0 +1,578 @@
+"""The engine every framework integration runs on (private to :mod:`rollmem.integrations`).
+
+A framework keeps a conversation as a list of its own message objects, *natives* (ADK contents,
+Agent Framework messages, LangChain messages, Strands message dicts). An integration turns each
+native into one rollmem *unit* message, so the core's rules (budget, target, units, pins,
+alignment) decide what folds; this module does the rest, once for all of them:
+
+- **Defaults**: :data:`DEFAULT_MAX_TOKENS` and :func:`new_memory` are the one place where an
+  integration's budget, fold target and counter become a memory.
+- **A live track per conversation** (:class:`Track`, kept in a :class:`Lives` LRU): the memory
+  whose buffer holds the unit of each unfolded native, with those natives. A model call on a
+  history that only grew converts and counts only the new natives (the natives seen are checked
+  by identity, at C speed); a native replaced by another object is compared by content and, when
+  it differs, converted and counted again.
+- **What is summarized is converted when it folds**, from the natives the framework handed over in
+  that call: an edit the application made to its history (in place, or by replacing a message)
+  reaches the summarizer, never the old text.
+- **One compact state** (:meth:`Track.state`, read by :func:`read_state`): the summary, where the
+  unfolded natives start (keys of the natives around that position), the pinned natives before
+  it, and the costs of the unfolded natives with the counter's identity. It changes only when a
+  fold does, and holds the costs of what that fold kept, not of everything since.
+- **One cost-trust rule**: stored costs are reused only when measured under the same counter
+  identity (:func:`rollmem.counters.counter_identity`; an unnamed counter is named per
+  integration object, so its costs hold within the process only).
+- **Pending calls**: a unit whose tool calls have no result yet is pinned until one arrives.
+- **Fold tracing** for frameworks with tracing of their own (:data:`Tracer`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+import threading
+import uuid
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any, Callable, ClassVar, Generic, Optional, TypeVar, Union
+
+from .. import _validate as v
+from .._flow import Flow, arun, run
+from ..counters import counter_identity, words
+from ..errors import InvalidStateError, StateTypeError
+from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
+from ..message import ASSISTANT, TOOL, USER, Message
+from ..policies import cached_target
+
+N = TypeVar("N")
+_T = TypeVar("_T")
+AnyMemory = Union[RollingMemory, AsyncRollingMemory]
+AnySummarizer = Optional[Union[SummarizeFn, AsyncSummarizeFn]]
+
+# -- the defaults of every integration ---------------------------------------------------------
+
+DEFAULT_MAX_TOKENS = 2000
+"""``max_tokens`` of every integration when none is given."""
+
+STATE_VERSION = 1
+LIVE = 256
+"""Live tracks an integration object keeps between calls (the most recently used)."""
+
+
+class Configured:
+    """The settings every integration takes (``max_tokens``, ``summarize_fn``, ``token_counter``,
+    ``target_tokens``), checked as :class:`~rollmem.AsyncRollingMemory` checks them."""
+
+    max_tokens: int
+    target_tokens: int
+    summarize_fn: AnySummarizer
+    token_counter: Optional[TokenCounter]
+
+    def _configure(
+        self,
+        max_tokens: int,
+        summarize_fn: AnySummarizer,
+        token_counter: Optional[TokenCounter],
+        target_tokens: Optional[int],
+    ) -> None:
+        AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)
+        self.max_tokens = max_tokens
+        self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
+        self.summarize_fn = summarize_fn
+        self.token_counter = token_counter
+        identity = counter_identity(words if token_counter is None else token_counter)
+        self._identity = identity or f"process:{uuid.uuid4().hex}"
+        self._lives: Lives[Any] = Lives()
+
+    def _fold_tracer(self) -> Optional[Tracer]:
+        """A tracer for a fold starting now (``None``: not traced). Overridden by integrations whose
+        framework has its own tracing."""
+        return None
+
+    def _count(self, text: str) -> int:
+        return (self.token_counter or words)(text)
+
+
+def new_memory(
+    owner: Configured,
+    summarize_fn: Optional[Callable[..., Any]],
+    on_evict: Optional[Callable[[Sequence[Message]], None]] = None,
+    *,
+    asynchronous: bool,
+) -> Any:
+    """The memory an integration folds with: over ``owner.max_tokens`` (by ``owner.token_counter``)
+    it folds down to ``owner.target_tokens``. Every integration's fold rule is chosen here."""
+    kind = AsyncRollingMemory if asynchronous else RollingMemory
+    return kind(
+        owner.max_tokens,
+        summarize_fn,
+        owner.token_counter,
+        target_tokens=owner.target_tokens,
+        on_evict=on_evict,
+    )
+
+
+class Lives(Generic[_T]):
+    """A small thread-safe LRU of live values by key; a call takes its value out while it runs."""
+
+    def __init__(self, size: int = LIVE) -> None:
+        self._size = size
+        self._items: OrderedDict[Any, _T] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, key: Any) -> Optional[_T]:
+        with self._lock:
+            return self._items.pop(key, None)
+
+    def put(self, key: Any, value: _T) -> None:
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+# -- tracing a fold -------------------------------------------------------------------------------
+
+Finish = Callable[[dict[str, int], Optional[BaseException]], None]
+Tracer = Callable[[dict[str, int]], Finish]
+"""``tracer(attributes)`` starts a fold's span (``rollmem.messages_evicted``,
+``rollmem.tokens_before``, ``rollmem.tokens_after``) and returns ``finish(attributes, error)``
+(``rollmem.summary_tokens``; ``error`` when the summarizer raised)."""
+
+
+def _begin_trace(owner: Configured, memory: Any, evicted: Sequence[Message]) -> Optional[Finish]:
+    tracer = owner._fold_tracer()
+    if tracer is None:
+        return None
+    buffer, costs = memory.buffer, memory.costs()
+    gone, found = 0, 0
+    for message, cost in zip(buffer, costs):
+        if found < len(evicted) and message is evicted[found]:
+            gone += cost
+            found += 1
+    before = sum(costs)
+    attributes = {
+        "rollmem.messages_evicted": len(evicted),
+        "rollmem.tokens_before": before,
+        "rollmem.tokens_after": before - gone,
+    }
+    return tracer(attributes)
+
+
+def _end_trace(
+    owner: Configured, finish: Optional[Finish], result: object, error: Optional[BaseException]
+) -> None:
+    if finish is not None:
+        tokens = owner._count(result) if isinstance(result, str) else 0
+        finish({"rollmem.summary_tokens": tokens}, error)
+
+
+def summarizer(
+    owner: Configured, resolve: Callable[[Sequence[Message]], list[Message]], memory: Callable[[], Any]
+) -> Optional[Callable[..., Any]]:
+    """``owner.summarize_fn`` as a memory's summarizer: it receives ``resolve(evicted)`` (the
+    evicted units' natives converted afresh) and reports the fold to ``owner._fold_tracer()``."""
+    summarize_fn = owner.summarize_fn
+    if summarize_fn is None:
+        return None
+    fn: Callable[..., Any] = summarize_fn
+
+    async def finished(finish: Optional[Finish], pending: Awaitable[str]) -> str:
+        try:
+            result = await pending
+        except BaseException as error:
+            _end_trace(owner, finish, None, error)
+            raise
+        _end_trace(owner, finish, result, None)
+        return result
+
+    def summarize(summary: str, evicted: Sequence[Message]) -> Any:
+        finish = _begin_trace(owner, memory(), evicted)
+        try:
+            result = fn(summary, resolve(evicted))
+        except BaseException as error:
+            _end_trace(owner, finish, None, error)
+            raise
+        if inspect.isawaitable(result):
+            return finished(finish, result)
+        _end_trace(owner, finish, result, None)
+        return result
+
+    if not inspect.iscoroutinefunction(fn):
+        return summarize
+
+    async def asummarize(summary: str, evicted: Sequence[Message]) -> str:
+        return await summarize(summary, evicted)  # type: ignore[no-any-return]
+
+    return asummarize
+
+
+# -- units ----------------------------------------------------------------------------------------
+
+
+def unit_of(messages: Sequence[Message], **fields: Any) -> Message:
+    """The one unit message standing for a native converted to ``messages`` (its ``fields``
+    replaced): the message itself, or for tool results one tool message answering the first
+    result's call (so the unit joins its caller's) with every text joined."""
+    first = messages[0]
+    if len(messages) > 1:
+        results = [m for m in messages if m.role == TOOL]
+        text = "\n".join(m.content for m in messages if m.content)
+        head = results[0] if results else first
+        first = Message(head.role, text, tool_call_id=head.tool_call_id, metadata=head.metadata)
+    return replace(first, **fields) if fields else first
+
+
+def opening_turn(first: Optional[Message]) -> bool:
+    """Whether a request whose first conversation message converts to ``first`` needs a user turn
+    before it (every provider's rule, :func:`rollmem.adapters.user_first`)."""
+    return first is not None and (first.role != USER or first.tool_call_id is not None)
+
+
+def stray_results(units: Sequence[Message]) -> list[int]:
+    """The positions of results in ``units`` whose call is not before them (their call was
+    folded, or never came): an integration shows the call with them, or their text."""
+    open_ids: set[str] = set()
+    stray: list[int] = []
+    for index, unit in enumerate(units):
+        open_ids.update(call.id for call in unit.tool_calls)
+        if unit.tool_call_id is not None and unit.tool_call_id not in open_ids:
+            stray.append(index)
+    return stray
+
+
+# -- the state ------------------------------------------------------------------------------------
+
+
+class State:
+    """The state an integration keeps in its framework (see :meth:`Track.state`)."""
+
+    __slots__ = ("costs", "counter", "first", "folded", "pinned", "recent", "summary")
+
+    def __init__(self, summary: str = "") -> None:
+        self.summary = summary
+        self.folded = 0  # how many natives of the history come before the unfolded tail
+        self.recent: list[str] = []  # keys of the natives just before the tail, oldest first
+        self.first: Optional[str] = None  # key of the tail's first native
+        self.pinned: list[tuple[int, str]] = []  # (position, key) of unfolded natives before the tail
+        self.counter: Optional[str] = None
+        self.costs: list[int] = []  # one per unfolded native, pinned ones first
+
+
+def read_state(data: object, path: str) -> State:
+    """A state written by :meth:`Track.state` (``None``: a new one); errors name ``path.field``."""
+    if data is None:
+        return State()
+    data = v.expect_mapping(data, path)
+    version = v.get_int(data, "version", path)
+    if version != STATE_VERSION:
+        raise InvalidStateError(
+            v.join(path, "version"), f"unsupported state version {version}; this rollmem reads version 1"
+        )
+    state = State(v.check_text(v.get_str(data, "summary", path), v.join(path, "summary")))
+    state.folded = v.check_int(v.join(path, "folded"), data.get("folded", 0), 0)
+    state.recent = _strings(v.get_list(data, "recent", path, default=[]), v.join(path, "recent"))
+    state.first = v.get_optional_str(data, "first", path)
+    for index, item in enumerate(v.get_list(data, "pinned", path, default=[])):
+        if not (isinstance(item, list) and len(item) == 2 and v.is_int(item[0]) and isinstance(item[1], str)):
+            raise StateTypeError(v.join(v.join(path, "pinned"), index), f"expected [int, str], got {item!r}")
+        state.pinned.append((item[0], item[1]))
+    state.counter = v.get_optional_str(data, "counter", path)
+    costs = v.get_list(data, "costs", path, default=[])
+    for index, cost in enumerate(costs):
+        if not v.is_int(cost) or cost < 0:
+            raise StateTypeError(v.join(v.join(path, "costs"), index), f"expected an int >= 0, got {cost!r}")
+    state.costs = costs
+    return state
+
+
+def _strings(items: list[Any], path: str) -> list[str]:
+    for index, item in enumerate(items):
+        if not isinstance(item, str):
+            raise StateTypeError(v.join(path, index), f"expected str, got {v.type_name(item)}")
+    return items
+
+
+class Keys:
+    """The keys of a history's natives, computed on demand and once each."""
+
+    def __init__(self, history: Sequence[Any], key: Callable[[Any], str]) -> None:
+        self.history, self.key = history, key
+        self.cache: dict[int, str] = {}
+
+    def __call__(self, index: int) -> Optional[str]:
+        found = self.cache.get(index)
+        if found is None and 0 <= index < len(self.history):
+            found = self.cache[index] = self.key(self.history[index])
+        return found
+
+    def insert(self, position: int, natives: Sequence[Any]) -> None:
+        """``natives`` were inserted at ``position``: the keys after it move up."""
+        count = len(natives)
+        self.cache = {i + count if i >= position else i: key for i, key in self.cache.items()}
+        self.history = [*self.history[:position], *natives, *self.history[position:]]
+
+    def find(self, key: Optional[str], stop: int) -> int:
+        """The last position before ``stop`` holding ``key``; -1."""
+        if key is not None:
+            for index in range(min(stop, len(self.history)) - 1, -1, -1):
+                if self(index) == key:
+                    return index
+        return -1
+
+
+def locate(state: State, keys: Keys) -> tuple[Optional[int], str]:
+    """Where the unfolded tail starts in the history, and how it was found: ``"exact"`` (where the
+    state says), ``"first"`` (its first native found elsewhere: folded natives were left out),
+    ``"anchor"`` (after the last folded native: the first unfolded one is gone), ``"prefix"``
+    (after the newest native still where it was among the recent ones: the history was cut and
+    grew again), or ``(None, "lost")``."""
+    at, recent, size = state.folded, state.recent, len(keys.history)
+    if not recent and state.first is None:
+        return min(at, size), "exact"
+    if (recent and keys(at - 1) == recent[-1]) or (state.first is not None and keys(at) == state.first):
+        return at, "exact"
+    found = keys.find(state.first, size)
+    if found >= 0:
+        return found, "first"
+    found = keys.find(recent[-1] if recent else None, size)
+    if found >= 0:
+        return found + 1, "anchor"
+    base = at - len(recent)
+    for index in range(min(size, at) - 1, max(base, 0) - 1, -1):
+        if keys(index) == recent[index - base]:
+            return index + 1, "prefix"
+    return None, "lost"
+
+
+# -- the live track of one conversation ----------------------------------------------------------
+
+
+class Spec(Generic[N]):
+    """What an integration tells the engine about its framework's natives."""
+
+    recent: ClassVar[int] = 1
+    """How many keys of folded natives the state keeps (a reshaped history is matched on them)."""
+
+    def units(self, natives: Sequence[N], track: Track[N]) -> list[Message]:
+        """One unit message per native, converted in order (``track.context`` may hold the
+        conversion's own state between calls)."""
+        raise NotImplementedError
+
+    def messages(self, natives: Sequence[N]) -> list[Message]:
+        """``natives`` converted for the summarizer, afresh."""
+        raise NotImplementedError
+
+    def key(self, native: N) -> str:
+        """What identifies a native in the state (an id, or a fingerprint of its content)."""
+        raise NotImplementedError
+
+    def same(self, old: N, new: N) -> bool:
+        """Whether ``new``, another object at the place of ``old``, says the same."""
+        return bool(old == new)
+
+
+class Track(Generic[N]):
+    """One conversation's live memory: ``memory.buffer[i]`` is the unit of ``natives[i]``, seen at
+    ``index[i]`` of the framework's history; the first ``kept`` of them are pinned natives before
+    the contiguous tail. ``context`` is the integration's own per-conversation state."""
+
+    def __init__(self, owner: Configured, spec: Spec[N], asynchronous: bool) -> None:
+        self.owner, self.spec = owner, spec
+        self.natives: list[N] = []
+        self.units: list[Message] = []
+        self.index: list[int] = []
+        self.kept = 0
+        self.count = 0  # the history's length when last seen
+        self.written: Any = None  # the state this track last gave the framework
+        self.context: Any = None
+        self.folded: list[tuple[int, N]] = []  # (position, native) of what the last add folded
+        self.pending: dict[str, str] = {}  # open call id -> id of the pinned unit holding it
+        fn = summarizer(owner, self._resolve, lambda: self.memory)
+        self.memory: Any = new_memory(owner, fn, self._evicted, asynchronous=asynchronous)
+
+    @property
+    def start(self) -> int:
+        """Where the contiguous tail starts in the history."""
+        return self.index[self.kept] if self.kept < len(self.index) else self.count
+
+    def _resolve(self, evicted: Sequence[Message]) -> list[Message]:
+        natives: list[N] = []
+        for unit, native in zip(self.units, self.natives):
+            if len(natives) == len(evicted):
+                break
+            if unit is evicted[len(natives)]:
+                natives.append(native)
+        return self.spec.messages(natives)
+
+    def _evicted(self, evicted: Sequence[Message]) -> None:
+        """The memory's ``on_evict``: the evicted units leave ``units``, ``natives`` and ``index``
+        (they are the leading ones but pinned units, which stay in front)."""
+        stays: list[int] = []
+        found = cut = 0
+        units = self.units
+        while found < len(evicted):
+            if units[cut] is evicted[found]:
+                self.folded.append((self.index[cut], self.natives[cut]))
+                found += 1
+            else:
+                stays.append(cut)
+            cut += 1
+        self.units[:cut] = [self.units[i] for i in stays]
+        self.natives[:cut] = [self.natives[i] for i in stays]
+        self.index[:cut] = [self.index[i] for i in stays]
+        self.kept = len(stays) + max(self.kept - cut, 0)
+
+    def _pin_pending(self, units: list[Message]) -> list[Message]:
+        """Pin the new units whose calls get no result here, unpin the ones answered now."""
+        answered = {unit.tool_call_id for unit in units if unit.tool_call_id is not None}
+        done = {self.pending.pop(call_id) for call_id in answered & self.pending.keys()}
+        if done:
+            for pin in done:
+                self.memory.unpin(pin)
+            self.units = list(self.memory.buffer)
+            self.pending = {call: pin for call, pin in self.pending.items() if pin not in done}
+        for position, unit in enumerate(units):
+            ids = [call.id for call in unit.tool_calls]
+            if ids and not answered.intersection(ids) and unit.role == ASSISTANT:
+                pin = unit.id or f"rollmem-pending:{ids[0]}"
+                units[position] = replace(unit, id=pin, pinned=True)
+                self.pending.update(dict.fromkeys(ids, pin))
+        return units
+
+    def _add_flow(self, history: Sequence[N], positions: Sequence[int]) -> Flow[list[Message], Any]:
+        self.folded = []
+        self.count = len(history)
+        if not positions:
+            return self.folded
+        natives = [history[i] for i in positions]
+        units = self._pin_pending(self.spec.units(natives, self))
+        size = len(self.units)
+        self.natives.extend(natives)
+        self.units.extend(units)
+        self.index.extend(positions)
+        try:
+            yield units
+        except BaseException:
+            buffer = self.memory.buffer
+            if not buffer or buffer[-1] is not units[-1]:  # not appended (a counter error)
+                del self.natives[size:], self.units[size:], self.index[size:]
+            raise
+        return self.folded
+
+    def add(self, history: Sequence[N], positions: Sequence[int]) -> list[tuple[int, N]]:
+        """Add the natives at ``positions`` of ``history`` and fold what the budget says; returns
+        the ``(position, native)`` pairs folded (a sync memory)."""
+        return run(self._add_flow(history, positions), self.memory.extend)
+
+    async def aadd(self, history: Sequence[N], positions: Sequence[int]) -> list[tuple[int, N]]:
+        """:meth:`add` with an async memory."""
+        return await arun(self._add_flow(history, positions), self.memory.extend)
+
+    def new(self, history: Sequence[N]) -> list[int]:
+        """The positions of ``history`` after the ones seen."""
+        return list(range(self.count, len(history)))
+
+    def forget(self, positions: Iterable[int]) -> None:
+        """The natives at ``positions`` (none of them unfolded) were removed from the history."""
+        gone = sorted(positions)
+        if gone:
+            self.index = [i - bisect_right(gone, i) for i in self.index]
+            self.count -= len(gone)
+
+    def insert(self, position: int, natives: Sequence[N], shift: int) -> None:
+        """``natives`` appeared at ``position`` on of the history (a response posted back to an
+        earlier call, say), the natives from there on moving up by ``shift``: they join the buffer
+        in history order (counted, and the budget applied, at the next add)."""
+        units = self._pin_pending(self.spec.units(natives, self))
+        slot = bisect_right(self.index, position - 1)
+        before_tail = slot <= self.kept
+        self.index[slot:] = [i + shift for i in self.index[slot:]]
+        self.count += shift
+        self.natives[slot:slot] = natives
+        self.units[slot:slot] = units
+        self.index[slot:slot] = range(position, position + len(natives))
+        self.memory.buffer[slot:slot] = units
+        self.kept += len(natives) if before_tail else 0
+
+    def replace(self, position: int, native: N) -> None:
+        """The unfolded native at ``position`` is now ``native`` (an edit): its unit is replaced
+        (counted at the next add)."""
+        slot = self.index.index(position)
+        unit = self.spec.units([native], self)[0]
+        old = self.units[slot]
+        self.natives[slot] = native
+        self.units[slot] = self.memory.buffer[slot] = replace(unit, id=old.id, pinned=old.pinned)
+
+    # -- keeping up with the framework's history --------------------------------------------------
+
+    def follows(self, history: Sequence[N]) -> bool:
+        """Whether ``history`` holds the natives seen last time where they were, plus new ones at
+        the end. Each is the same object, or another one saying the same (taken instead), or an
+        edit (its unit is replaced, and counted at the next add)."""
+        natives, count = self.natives, self.count
+        if not natives or count > len(history):
+            return not natives and count == 0
+        last = history[count - 1]
+        if last is not natives[-1] and not self.spec.same(natives[-1], last):
+            return False
+        kept = self.kept
+        if all(map(operator.is_, history[self.start : count], natives[kept:])) and all(
+            history[self.index[i]] is natives[i] for i in range(kept)
+        ):
+            return True
+        current = [history[i] for i in self.index]
+        for slot, old in enumerate(natives):
+            if current[slot] is not old and not self.spec.same(old, current[slot]):
+                self.replace(self.index[slot], current[slot])
+        self.natives = current
+        return True
+
+    def restore(
+        self, history: Sequence[N], state: State, start: int, pinned: list[int], trusted: bool
+    ) -> list[int]:
+        """Take ``state`` for a history whose tail starts at ``start`` (``pinned``: the positions of
+        the pinned natives before it). With ``trusted`` positions, the natives with stored costs
+        measured by this counter go into the memory uncounted; returns the positions of the
+        others, to :meth:`add`."""
+        positions = [*pinned, *range(start, len(history))]
+        costs = state.costs if trusted and state.counter == self.owner._identity else []
+        known = len(costs) if len(costs) <= len(positions) and len(pinned) == len(state.pinned) else 0
+        natives = [history[i] for i in positions[:known]]
+        units = self._pin_pending(self.spec.units(natives, self))
+        self.memory.restore({"version": 2, "summary": state.summary, "buffer": units}, costs=costs[:known])
+        self.natives, self.units, self.index = natives, list(self.memory.buffer), positions[:known]
+        self.kept = min(len(pinned), known)
+        self.count = len(history)
+        return positions[known:]
+
+    def state(self, keys: Keys) -> dict[str, Any]:
+        """The state to keep in the framework (after a fold): JSON-ready, versioned."""
+        start = self.start
+        return {
+            "version": STATE_VERSION,
+            "summary": self.memory.summary,
+            "folded": start,
+            "recent": [keys(i) for i in range(max(start - self.spec.recent, 0), start)],
+            "first": keys(start),
+            "pinned": [[self.index[i], keys(self.index[i])] for i in range(self.kept)],
+            "counter": self.owner._identity,
+            "costs": self.memory.costs(),
+        }
+
+
+def find_pinned(state: State, keys: Keys, start: int) -> list[int]:
+    """The positions before ``start`` of the pinned natives the state names (where it says, else
+    the last one with that key); the ones not found are left out."""
+    found: list[int] = []
+    for position, key in state.pinned:
+        index = position if position < start and keys(position) == key else keys.find(key, start)
+        if index >= 0 and index not in found:
+            found.append(index)
+    return sorted(found)
