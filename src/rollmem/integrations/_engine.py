@@ -95,6 +95,13 @@ class Configured:
         return (self.token_counter or words)(text)
 
 
+def is_async(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine (a coroutine function, or an object whose
+    ``__call__`` is one)."""
+    call = getattr(type(fn), "__call__", None)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
 def new_memory(
     owner: Configured,
     summarize_fn: Optional[Callable[..., Any]],
@@ -204,7 +211,7 @@ def summarizer(
         _end_trace(owner, finish, result, None)
         return result
 
-    if not inspect.iscoroutinefunction(fn):
+    if not is_async(fn):
         return summarize
 
     async def asummarize(summary: str, evicted: Sequence[Message]) -> str:
@@ -549,7 +556,7 @@ class Track(Generic[N]):
         self.memory.restore({"version": 2, "summary": state.summary, "buffer": units}, costs=costs[:known])
         self.natives, self.units, self.index = natives, list(self.memory.buffer), positions[:known]
         self.kept = min(len(pinned), known)
-        self.count = len(history)
+        self.count = positions[known] if known < len(positions) else len(history)
         return positions[known:]
 
     def state(self, keys: Keys) -> dict[str, Any]:

@@ -5,29 +5,37 @@ Importing this module imports Strands, and raises :class:`~rollmem.errors.Missin
 ``ImportError``) when it is missing; ``import rollmem`` never imports it.
 
 :class:`RollingConversationManager` keeps ``agent.messages`` as a summary turn plus the newest
-messages verbatim within a token budget, with the rules of :class:`~rollmem.RollingMemory` (it
-drives one): whole units (an assistant ``toolUse`` message with the user message holding its
-``toolResult`` blocks, parallel calls included) leave oldest first, folded by one
+messages verbatim within a token budget: whole units (an assistant ``toolUse`` message with the user
+message holding its ``toolResult`` blocks) leave oldest first, folded by one
 ``summarize_fn(summary, evicted)`` call, and the newest unit always stays.
 """
 
 from __future__ import annotations
 
 import json
-import operator
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from .. import _validate as v
 from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT
-from ..counters import counter_identity, words
-from ..errors import InvalidStateError, StateTypeError
-from ..memory import RollingMemory, SummarizeFn, TokenCounter
+from ..errors import InvalidStateError
+from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
-from ..policies import cached_target
+from ._engine import (
+    DEFAULT_MAX_TOKENS,
+    Configured,
+    Keys,
+    Spec,
+    State,
+    Track,
+    is_async,
+    locate,
+    read_state,
+    unit_of,
+)
 
 _FEATURE = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
 
@@ -62,17 +70,19 @@ __all__ = [
     "to_rollmem",
 ]
 
-# -- the defaults, in one place ---------------------------------------------------------------
-
-DEFAULT_MAX_TOKENS = 2000
-"""The default budget of the verbatim messages: the one of
-:class:`~rollmem.integrations.langchain.RollingMemoryMiddleware` and :class:`~rollmem.RollingMemory`."""
 DEFAULT_TARGET_TOKENS: Optional[int] = None
-"""The default fold target: ``None`` folds down to :func:`rollmem.cached_target` ``(max_tokens)``,
-as the LangChain middleware does (deep, rare folds: the cheapest with provider prompt caching)."""
+"""The default fold target: ``None`` folds down to :func:`rollmem.cached_target` ``(max_tokens)``."""
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 """The first line of the summary text block that opens ``agent.messages`` once there is a summary."""
+
+TRUNCATION_NOTE = "[rollmem: tool result truncated from {before} to {after} tokens to fit the context window]"
+"""The note that ends a tool result :meth:`RollingConversationManager.reduce_context` truncated."""
+STATE_KEY = "rollmem"
+"""The key of rollmem's part of :meth:`RollingConversationManager.get_state`."""
+
+_MARK = "rollmem"  # metadata.custom[_MARK] of the turn this manager puts first
+_MIN_TRUNCATE = 16  # a tool result of at most this many tokens is not truncated
 
 
 def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
@@ -90,24 +100,7 @@ def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
     return [Message(USER, text), *evicted]
 
 
-TRUNCATION_NOTE = "[rollmem: tool result truncated from {before} to {after} tokens to fit the context window]"
-"""The note that ends a tool result :meth:`RollingConversationManager.reduce_context` truncated."""
-STATE_KEY = "rollmem"
-"""The key of rollmem's part of :meth:`RollingConversationManager.get_state`."""
-
-_STATE_VERSION = 1
-_MARK = "rollmem"  # metadata.custom[_MARK] of the turn this manager puts first
-_MIN_TRUNCATE = 16  # a tool result of at most this many tokens is not truncated
-
-
 # -- converting Strands messages --------------------------------------------------------------
-
-
-def _marker(kind: str, block: Mapping[str, Any]) -> str:
-    fmt = block.get("format")
-    name = block.get("name")
-    details = ", ".join(str(x) for x in (fmt, name) if isinstance(x, str))
-    return f"[{kind}: {details}]" if details else f"[{kind}]"
 
 
 def _block_text(block: Mapping[str, Any]) -> str:
@@ -116,23 +109,23 @@ def _block_text(block: Mapping[str, Any]) -> str:
         return str(block["text"])
     if "json" in block:
         return json.dumps(block["json"], ensure_ascii=False)
-    reasoning = block.get("reasoningContent")
-    if isinstance(reasoning, Mapping):
-        text = reasoning.get("reasoningText")
-        return str(text.get("text", "")) if isinstance(text, Mapping) else ""
+    for kind, inner in (("reasoningContent", "reasoningText"), ("guardContent", "text")):
+        value = block.get(kind)
+        if isinstance(value, Mapping):
+            found = value.get(inner)
+            return str(found.get("text", "")) if isinstance(found, Mapping) else ""
     cited = block.get("citationsContent")
     if isinstance(cited, Mapping):
         return "\n".join(str(c.get("text", "")) for c in cited.get("content", []) if isinstance(c, Mapping))
-    guard = block.get("guardContent")
-    if isinstance(guard, Mapping):
-        inner = guard.get("text")
-        return str(inner.get("text", "")) if isinstance(inner, Mapping) else ""
     if "cachePoint" in block:
         return ""
     for kind in ("image", "document", "video"):
         media = block.get(kind)
         if isinstance(media, Mapping):
-            return _marker(kind, media)
+            details = ", ".join(
+                str(x) for x in (media.get("format"), media.get("name")) if isinstance(x, str)
+            )
+            return f"[{kind}: {details}]" if details else f"[{kind}]"
     return "[" + ", ".join(sorted(str(key) for key in block)) + "]"
 
 
@@ -141,20 +134,20 @@ def _join(texts: Sequence[str]) -> str:
 
 
 def _tool_result(block: Mapping[str, Any], path: str) -> Message:
-    result = v.expect_mapping(block["toolResult"], v.join(path, "toolResult"))
-    call_id = v.get_str(result, "toolUseId", v.join(path, "toolResult"))
-    items = v.get_list(result, "content", v.join(path, "toolResult"), default=[])
+    where = v.join(path, "toolResult")
+    result = v.expect_mapping(block["toolResult"], where)
+    items = v.get_list(result, "content", where, default=[])
     texts = [
-        _block_text(v.expect_mapping(item, v.join(v.join(path, "toolResult.content"), i)))
+        _block_text(v.expect_mapping(item, v.join(v.join(where, "content"), i)))
         for i, item in enumerate(items)
     ]
     metadata = {"is_error": True} if result.get("status") == "error" else {}
-    return Message(TOOL, _join(texts), tool_call_id=call_id, metadata=metadata)
+    return Message(TOOL, _join(texts), tool_call_id=v.get_str(result, "toolUseId", where), metadata=metadata)
 
 
 def _tool_call(block: Mapping[str, Any], path: str) -> ToolCall:
-    use = v.expect_mapping(block["toolUse"], v.join(path, "toolUse"))
     where = v.join(path, "toolUse")
+    use = v.expect_mapping(block["toolUse"], where)
     arguments = use.get("input", {})
     text = (
         arguments
@@ -164,16 +157,19 @@ def _tool_call(block: Mapping[str, Any], path: str) -> ToolCall:
     return ToolCall(v.get_str(use, "toolUseId", where), v.get_str(use, "name", where), text)
 
 
+def _tracking_id(message: Mapping[str, Any]) -> Optional[str]:
+    ident = message.get("tracking_id")
+    return ident if isinstance(ident, str) and ident else None
+
+
 def _convert(message: object, path: str) -> list[Message]:
     data = v.expect_mapping(message, path)
     role = v.get_str(data, "role", path)
-    blocks = v.get_list(data, "content", path)
-    ident = data.get("tracking_id")
-    ident = ident if isinstance(ident, str) and ident else None
+    ident = _tracking_id(data)
     texts: list[str] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
-    for index, block in enumerate(blocks):
+    for index, block in enumerate(v.get_list(data, "content", path)):
         where = v.join(v.join(path, "content"), index)
         block = v.expect_mapping(block, where)
         if "toolUse" in block:
@@ -182,14 +178,14 @@ def _convert(message: object, path: str) -> list[Message]:
             results.append(_tool_result(block, where))
         else:
             texts.append(_block_text(block))
-    if calls and role != ASSISTANT:
-        raise InvalidStateError(
-            v.join(path, "content"), f"toolUse in a {role!r} message; only assistant messages call tools"
-        )
-    if results and role != USER:
-        raise InvalidStateError(
-            v.join(path, "content"), f"toolResult in a {role!r} message; only user messages carry results"
-        )
+    for found, allowed, what in ((calls, ASSISTANT, "toolUse"), (results, USER, "toolResult")):
+        if found and role != allowed:
+            owner = (
+                "only assistant messages call tools"
+                if what == "toolUse"
+                else "only user messages carry results"
+            )
+            raise InvalidStateError(v.join(path, "content"), f"{what} in a {role!r} message; {owner}")
     if results:
         text = _join(texts)
         return [*results, Message(USER, text, id=ident)] if text else results
@@ -215,20 +211,23 @@ def to_rollmem(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
 
 
 def _unit_message(message: Mapping[str, Any], path: str) -> Message:
-    """The one rollmem message standing for a Strands message in the memory's buffer (so the
-    core's unit rule applies): a message with tool results is a tool message answering its first
-    call id, which joins it to the assistant message holding all the calls it answers."""
-    parts = _convert(message, path)
-    first = parts[0]
-    if first.role != TOOL:
-        return first
-    return Message(
-        TOOL,
-        _join([part.content for part in parts]),
-        id=_tracking_id(message),
-        tool_call_id=first.tool_call_id,
-        metadata=first.metadata,
-    )
+    """The one rollmem message standing for a Strands message in the memory's buffer (its id the
+    tracking id): results are one tool message answering the first call, so they join its unit."""
+    return unit_of(_convert(message, path), id=_tracking_id(message))
+
+
+class _Messages(Spec[Any]):
+    def units(self, natives: Sequence[Any], track: Track[Any]) -> list[Message]:
+        return [_unit_message(message, v.join("agent.messages", i)) for i, message in enumerate(natives)]
+
+    def messages(self, natives: Sequence[Any]) -> list[Message]:
+        return to_rollmem(natives)
+
+    def key(self, native: Any) -> str:
+        return _tracking_id(native) or ""
+
+
+_SPEC = _Messages()
 
 
 def _is_user_turn(message: Mapping[str, Any]) -> bool:
@@ -238,24 +237,8 @@ def _is_user_turn(message: Mapping[str, Any]) -> bool:
     )
 
 
-def _tracking_id(message: Mapping[str, Any]) -> Optional[str]:
-    ident = message.get("tracking_id")
-    return ident if isinstance(ident, str) and ident else None
-
-
-def _cost_key(message: Mapping[str, Any]) -> Optional[str]:
-    """What a stored cost is kept under: the tracking id and the number of content blocks (a
-    message that gained blocks under the same id is counted again)."""
-    ident = _tracking_id(message)
-    if ident is None:
-        return None
-    content = message.get("content")
-    return f"{ident}#{len(content) if isinstance(content, list) else 0}"
-
-
 def _text_turn(text: str, kind: str) -> dict[str, Any]:
-    """A user turn of this manager's own: ``metadata.custom["rollmem"]`` says which (stripped
-    before model calls, like the tracking id)."""
+    """A user turn of this manager's own: ``metadata.custom["rollmem"]`` says which."""
     return {
         "role": USER,
         "content": [{"text": text}],
@@ -264,108 +247,112 @@ def _text_turn(text: str, kind: str) -> dict[str, Any]:
     }
 
 
-class RollingConversationManager(ConversationManager):  # type: ignore[misc, unused-ignore]
+class RollingConversationManager(Configured, ConversationManager):  # type: ignore[misc, unused-ignore]
     """A Strands ``ConversationManager``: ``agent.messages`` holds a summary turn, then the newest
     messages verbatim within ``max_tokens`` by ``token_counter``.
 
-    ``RollingConversationManager(max_tokens, summarize_fn, token_counter, target_tokens=...)``
-    takes the arguments of :class:`~rollmem.RollingMemory` and applies its rules: before every
-    model call (a ``BeforeModelCallEvent`` hook) and after every invocation
-    (:meth:`apply_management`), the messages added since the last look are counted once each, and
-    when the buffer is over ``max_tokens`` its oldest whole units go (down to ``target_tokens``,
-    default :func:`rollmem.cached_target` ``(max_tokens)``),
-    folded into the summary by one ``summarize_fn(summary, evicted)`` call, ``evicted`` being
-    rollmem messages converted by :func:`to_rollmem`, each message exactly once. Without
-    ``summarize_fn`` they are dropped. A unit is an assistant message with ``toolUse`` blocks and
-    the user message holding their ``toolResult`` blocks (parallel calls too), so no request ever
-    splits a tool pair; the newest unit always stays, and the cut moves on to a user turn when one
-    follows.
+    ``RollingConversationManager(max_tokens=2000, summarize_fn=None, token_counter=None, *,
+    target_tokens=None)``: the budget, summarizer (a plain function, or a coroutine function) and
+    counter of :class:`~rollmem.RollingMemory`, checked the same way; ``target_tokens`` defaults to
+    :func:`rollmem.cached_target` ``(max_tokens)``. Before every model call (a
+    ``BeforeModelCallEvent`` hook) and after every invocation (:meth:`apply_management`) the
+    messages added since the last look are counted once each, and over budget the oldest whole
+    units are folded into the summary by one ``summarize_fn(summary, evicted)`` call (``evicted``
+    converted by :func:`to_rollmem`). A coroutine ``summarize_fn`` runs in the hook, on Strands'
+    own event loop; :meth:`apply_management` then only takes the new messages in.
 
-    The first message of ``agent.messages`` is always a user turn (Bedrock and Anthropic refuse
-    anything else), as :func:`rollmem.adapters.for_provider` renders requests: once there is a
-    summary, its text (``SUMMARY_HEADER + summary``) is the first text block of the first user
-    turn, in the user's first kept message when the kept messages open with one, or else in a
-    user turn of its own before them (``CONTINUATION_TEXT`` when there is no summary). That turn
-    changes only when a fold does, so a cached prompt prefix stays valid between folds.
-
-    :meth:`reduce_context` (a context-window overflow) folds older units first, then truncates
-    the largest tool result of the newest unit; when nothing is left to reduce it raises
-    Strands' ``ContextWindowOverflowException``. :meth:`get_state` holds the summary and
-    the cost of each kept message (``removed_message_count`` the folded ones), so an agent
-    restored by a session manager folds nothing again and counts nothing again.
-
-    If ``summarize_fn`` raises, the error propagates from the agent call, nothing is folded and
-    nothing is lost; the next call folds again. ``summarize_fn`` is a plain function (Strands
-    calls conversation managers synchronously).
+    The first message of ``agent.messages`` is always a user turn: once there is a summary, its
+    text (``SUMMARY_HEADER + summary``) is the first text block of the first user turn (the first
+    kept message when it is the user's, else a turn of its own; ``CONTINUATION_TEXT`` without a
+    summary). :meth:`reduce_context` folds older units first, then truncates the largest tool
+    result of the newest unit, then raises ``ContextWindowOverflowException``. :meth:`get_state`
+    holds the summary and the costs of what the last fold kept. If ``summarize_fn`` raises, the
+    error propagates from the agent call and nothing is folded or lost.
     """
 
     def __init__(
         self,
         max_tokens: int = DEFAULT_MAX_TOKENS,
-        summarize_fn: Optional[SummarizeFn] = None,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         *,
         target_tokens: Optional[int] = DEFAULT_TARGET_TOKENS,
     ) -> None:
-        RollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)  # checks them
+        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
         super().__init__()
-        self.summarize_fn = summarize_fn
-        self._memory = RollingMemory(
-            max_tokens,
-            None if summarize_fn is None else self._summarize,
-            token_counter,
-            target_tokens=cached_target(max_tokens) if target_tokens is None else target_tokens,
-            on_evict=self._evicted,
-        )
-        self._view: list[Any] = []  # the Strands messages of the memory's buffer, as added
-        self._shown: list[Any] = []  # the same as shown in agent.messages (a truncated copy, say)
-        self._head: Optional[dict[str, Any]] = None  # the user turn this manager put first
-        self._merged = False  # whether the head stands for _shown[0] too
-        self._dirty = False  # the head must be rendered again
-        self._known: dict[str, int] = {}  # stored costs by _cost_key, used once after a restore
-        self._truncated: dict[str, tuple[int, int]] = {}  # tool-use id -> (tokens, tokens shown)
+        self._async = is_async(summarize_fn)
+        self._restart("")
 
-    # -- reads --------------------------------------------------------------------------------
+    def _restart(self, summary: str, stored: Optional[State] = None) -> None:
+        self._track: Track[Any] = Track(self, _SPEC, asynchronous=self._async)
+        self._track.memory.restore({"version": 2, "summary": summary, "buffer": []})
+        self._stored = stored  # a restored state, taken with the restored messages
+        self._state: dict[str, Any] = self._track.state(Keys([], _SPEC.key))
+        self._head: Optional[dict[str, Any]] = None  # the user turn this manager put first
+        self._merged = False  # whether the head stands for the first kept message
+        self._dirty = True  # the head must be rendered again
+        self._copies: dict[int, dict[str, Any]] = {}  # id(message) -> its truncated copy shown
+        self._truncated: dict[str, tuple[int, int]] = {}  # tool-use id -> (tokens, tokens shown)
+        self._reduce = False  # a fold reduce_context asked for, made by the async hook
 
     @property
-    def memory(self) -> RollingMemory:
+    def memory(self) -> Any:
         """The memory behind the manager: ``summary``, ``buffer`` (one message per Strands
         message), ``stats()``. Change the conversation through ``agent.messages``, not here."""
-        return self._memory
+        return self._track.memory
 
     @property
     def summary(self) -> str:
         """The running summary (``""`` until the first fold)."""
-        return self._memory.summary
+        return str(self._track.memory.summary)
 
     # -- the framework's interface ------------------------------------------------------------
 
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Strands' hooks, plus a ``BeforeModelCallEvent`` hook that manages before each model call."""
         super().register_hooks(registry, **kwargs)
-        registry.add_callback(BeforeModelCallEvent, self._before_model_call)
+        hook = self._before_model_call_async if self._async else self._before_model_call
+        registry.add_callback(BeforeModelCallEvent, hook)
 
     def _before_model_call(self, event: BeforeModelCallEvent) -> None:
         self.apply_management(event.agent)
 
+    async def _before_model_call_async(self, event: BeforeModelCallEvent) -> None:
+        agent = event.agent
+        history, new = self._sync(agent)
+        self._folded(await self._track.aadd(history, new))
+        if self._reduce:
+            self._reduce = False
+            memory = self._track.memory
+            self._folded_count(await memory.fold(self._keep_half()) or await memory.fold(1))
+        if self._dirty:
+            self._render(agent)
+
     def apply_management(self, agent: Any, **kwargs: Any) -> None:
-        """Count the messages added since the last call, fold what is over budget, and keep the
-        first turn the user's (see the class docs)."""
-        self._sync(agent)
+        """Count the messages added since the last call, fold what is over budget (with a
+        coroutine ``summarize_fn``: at the next model call), and keep the first turn the user's."""
+        history, new = self._sync(agent)
+        if not self._async:
+            self._folded(self._track.add(history, new))
         if self._dirty:
             self._render(agent)
 
     def reduce_context(self, agent: Any, e: Optional[Exception] = None, **kwargs: Any) -> None:
-        """Reduce ``agent.messages`` after a context-window overflow (``e``) or when asked (``e``
-        is ``None``): fold the older units until the newest messages hold at most half the
-        buffer's tokens (always every unit but the newest one when that unit holds more), else
-        truncate the largest tool result of the newest unit to half its tokens, ending it with
-        :data:`TRUNCATION_NOTE` (the summarizer still receives the full result when it folds).
-        When nothing can be reduced: raises ``ContextWindowOverflowException`` from ``e``, or
-        returns without a change when ``e`` is ``None``."""
-        self._sync(agent)
-        reduced = self._fold_half() or self._truncate_largest()
-        if reduced or self._dirty:
+        """Reduce ``agent.messages`` after a context-window overflow (``e``) or when asked: fold
+        the older units until the newest messages hold at most half the tokens, else every unit
+        but the newest; when none is older, truncate the largest tool result of the newest unit
+        to half its tokens, ending it with :data:`TRUNCATION_NOTE`. With a coroutine
+        ``summarize_fn`` the fold is made before the retried model call. When nothing can be
+        reduced: raises ``ContextWindowOverflowException`` from ``e``, or returns unchanged."""
+        self.apply_management(agent)
+        older = len(self._track.units) > len(self._newest_unit())
+        if older and self._async:
+            self._reduce = True
+            return
+        memory = self._track.memory
+        reduced = older and self._folded_count(memory.fold(self._keep_half()) or memory.fold(1))
+        reduced = reduced or self._truncate_largest()
+        if self._dirty:
             self._render(agent)
         if not reduced and e is not None:
             raise ContextWindowOverflowException(
@@ -373,155 +360,100 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
             ) from e
 
     def get_state(self) -> dict[str, Any]:
-        """Strands' state plus :data:`STATE_KEY`: ``{"version": 1, "summary": ..., "counter":
-        identity of the token counter or None, "costs": [[tracking id, blocks, cost], ...]}``
-        for the kept messages. JSON-ready."""
+        """Strands' state plus :data:`STATE_KEY`: rollmem's state (summary, counter identity, the
+        costs of the messages the last fold kept), JSON-ready; it changes only at a fold."""
         state: dict[str, Any] = super().get_state()
-        costs = self._memory.costs()
-        state[STATE_KEY] = {
-            "version": _STATE_VERSION,
-            "summary": self._memory.summary,
-            "counter": counter_identity(self._memory.token_counter or words),
-            "costs": [
-                [_tracking_id(message), len(message.get("content", ())), cost]
-                for message, cost in zip(self._view, costs)
-                if _tracking_id(message) is not None
-            ],
-        }
+        state[STATE_KEY] = self._state
         return state
 
     def restore_from_session(self, state: dict[str, Any]) -> Optional[list[Any]]:
         """Take a :meth:`get_state` output back (a session manager calls it when an agent is
         restored); returns the summary turn to put before the restored messages, or ``None``.
-        Stored costs are used when the token counter has the identity they were measured with
-        (:func:`rollmem.counters.counter_identity`). Bad state raises
-        :class:`~rollmem.errors.InvalidStateError` naming the field, and nothing changes."""
+        Stored costs are used when the token counter has the identity they were measured with.
+        Bad state raises :class:`~rollmem.errors.InvalidStateError` naming the field, and nothing
+        changes."""
         name = state.get("__name__")
         if name != type(self).__name__:
             raise InvalidStateError("__name__", f"expected {type(self).__name__!r}, got {name!r}")
         v.check_int("removed_message_count", v.get_int(state, "removed_message_count", ""), 0)
-        data = v.expect_mapping(v.get_mapping(state, STATE_KEY, ""), STATE_KEY)
-        version = v.get_int(data, "version", STATE_KEY)
-        if version != _STATE_VERSION:
-            raise InvalidStateError(
-                v.join(STATE_KEY, "version"),
-                f"unsupported state version {version}; this rollmem reads version 1",
-            )
-        summary = v.check_text(v.get_str(data, "summary", STATE_KEY), v.join(STATE_KEY, "summary"))
-        counter = data.get("counter")
-        known = _read_costs(v.get_list(data, "costs", STATE_KEY), v.join(STATE_KEY, "costs"))
+        stored = read_state(v.get_mapping(state, STATE_KEY, ""), STATE_KEY)
         super().restore_from_session(state)
-        self._memory.restore({"version": 2, "summary": summary, "buffer": []})
-        trusted = counter is not None and counter == counter_identity(self._memory.token_counter or words)
-        self._known = known if trusted else {}
-        self._view, self._shown, self._truncated = [], [], {}
-        self._head = _text_turn(SUMMARY_HEADER + summary, "summary") if summary else None
-        self._merged = False
-        self._dirty = True
-        return None if self._head is None else [self._head]
+        self._restart(stored.summary, stored)
+        self._state = dict(state[STATE_KEY])
+        if not stored.summary:
+            return None
+        self._head = _text_turn(SUMMARY_HEADER + stored.summary, "summary")
+        return [self._head]
 
     # -- keeping up with agent.messages ---------------------------------------------------------
 
-    def _sync(self, agent: Any) -> None:
+    def _sync(self, agent: Any) -> tuple[list[Any], list[int]]:
+        """The conversation as the track knows it (the original of a truncated copy, the first
+        kept message for a head that stands for it), and the positions to add."""
         messages: list[Any] = agent.messages
-        head = self._head
+        head, track = self._head, self._track
         start = 1 if head is not None and messages and messages[0] is head else 0
-        if head is not None and start == 0:  # the list was replaced: the head is gone
-            self._head, self._merged, self._dirty = None, False, True
-        skip = 1 if self._merged else 0
-        shown = self._shown
-        known = len(shown) - skip
-        # The same objects where they were (compared at C speed: a model call stays O(new messages)
-        # in Python work; the list slices are O(buffer) copies, well below a conversion).
-        if len(messages) - start >= known and all(
-            map(operator.is_, messages[start : start + known], shown[skip : skip + known])
-        ):
-            self._add(messages[start + known :], start + known)
-            return
-        # Something other than the agent changed the kept messages: take them as they are now.
-        if not self._known:
-            self._known = self._current_costs()
-        self._memory.restore({"version": 2, "summary": self._memory.summary, "buffer": []})
-        self._view, self._shown, self._truncated = [], [], {}
-        region = messages[start:]
-        if self._merged:
-            region = [*shown[:1], *region]
+        history = messages[start:]
+        if self._copies:
+            originals = {id(copy): native for native, copy in self._copy_pairs()}
+            history = [originals.get(id(m), m) for m in history]
+        if self._merged and start:
+            history.insert(0, track.natives[0])
+        if head is not None and not start:  # the list was replaced: the head is gone
+            self._merged, self._dirty = False, True
+        if self._stored is not None:
+            stored, self._stored = self._stored, None
+            found, how = locate(stored, Keys(history, _SPEC.key))
+            trusted = found == 0 and how == "exact"
+            return history, track.restore(history, stored, 0, [], trusted)
+        if track.follows(history):
+            return history, track.new(history)
+        costs = dict(zip(map(id, track.natives), track.memory.costs()))
+        known = 0
+        while known < len(history) and id(history[known]) in costs:
+            known += 1
+        stored = State(track.memory.summary)
+        stored.costs, stored.counter = [costs[id(m)] for m in history[:known]], self._identity
+        self._restart(stored.summary)
         self._dirty = True
-        self._add(region, start - skip)
+        return history, self._track.restore(history, stored, 0, [], True)
 
-    def _current_costs(self) -> dict[str, int]:
-        costs = self._memory.costs()
-        result: dict[str, int] = {}
-        for message, cost in zip(self._view, costs):
-            key = _cost_key(message)
-            if key is not None:
-                result[key] = cost
-        return result
-
-    def _add(self, new: Sequence[Any], first: int) -> None:
-        """Append ``new`` (at ``agent.messages[first]`` on) to the memory, which folds what is over
-        budget; messages with a stored cost (after a restore) are not counted again."""
-        if not new:
-            return
-        converted = [
-            _unit_message(message, v.join("agent.messages", first + i)) for i, message in enumerate(new)
+    def _copy_pairs(self) -> list[tuple[Any, Any]]:
+        return [
+            (native, self._copies[id(native)]) for native in self._track.natives if id(native) in self._copies
         ]
-        memory = self._memory
-        known = self._known
-        stored = 0
-        if known and not memory.buffer:
-            while stored < len(new) and _cost_key(new[stored]) in known:
-                stored += 1
-            costs = [known[str(_cost_key(message))] for message in new[:stored]]
-            memory.restore(
-                {"version": 2, "summary": memory.summary, "buffer": converted[:stored]}, costs=costs
-            )
-            self._view.extend(new[:stored])
-            self._shown.extend(new[:stored])
-        self._known = {}
-        rest = new[stored:]
-        if not rest:
-            return
-        before = len(memory.buffer)
-        self._view.extend(rest)
-        self._shown.extend(rest)
-        try:
-            memory.extend(converted[stored:])
-        except BaseException:
-            if len(memory.buffer) == before:  # not appended (a counter error): forget them again
-                del self._view[before:]
-                del self._shown[before:]
-            raise
 
-    def _summarize(self, summary: str, evicted: Sequence[Message]) -> str:
-        assert self.summarize_fn is not None
-        return self.summarize_fn(summary, to_rollmem(self._view[: len(evicted)]))
+    def _folded(self, folded: list[tuple[int, Any]]) -> None:
+        self._folded_count(len(folded))
 
-    def _evicted(self, evicted: Sequence[Message]) -> None:
-        count = len(evicted)
-        for message in self._view[:count]:
-            for block in message.get("content", ()):
-                if isinstance(block, Mapping) and "toolResult" in block:
-                    self._truncated.pop(str(block["toolResult"].get("toolUseId")), None)
-        del self._view[:count]
-        del self._shown[:count]
+    def _folded_count(self, count: int) -> bool:
+        """Bookkeeping after ``count`` messages were folded (by an add or ``fold()``): they leave
+        ``agent.messages`` at the next render, so the kept ones are its messages from the start."""
+        if not count:
+            return False
+        track = self._track
+        if self._copies:
+            alive = {id(native) for native in track.natives}
+            self._copies = {key: copy for key, copy in self._copies.items() if key in alive}
         self.removed_message_count += count
+        track.count, track.index, track.kept = len(track.natives), list(range(len(track.natives))), 0
+        self._state = track.state(Keys(track.natives, _SPEC.key))
         self._dirty = True
+        return True
 
     def _render(self, agent: Any) -> None:
         """Rewrite ``agent.messages`` as the head turn (if any) and the kept messages."""
-        summary = self._memory.summary
-        shown = self._shown
+        summary = self.summary
+        natives = self._track.natives
+        shown = [self._copies.get(id(n), n) for n in natives] if self._copies else list(natives)
         head: Optional[dict[str, Any]] = None
         merged = False
         if shown and _is_user_turn(shown[0]):
             if summary:
                 first = shown[0]
+                custom = {**first.get("metadata", {}).get("custom", {}), _MARK: "summary"}
                 head = {**first, "content": [{"text": SUMMARY_HEADER + summary}, *first["content"]]}
-                head["metadata"] = {
-                    **first.get("metadata", {}),
-                    "custom": {**first.get("metadata", {}).get("custom", {}), _MARK: "summary"},
-                }
+                head["metadata"] = {**first.get("metadata", {}), "custom": custom}
                 merged = True
         elif summary:
             head = _text_turn(SUMMARY_HEADER + summary, "summary")
@@ -532,25 +464,30 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
 
     # -- overflow -------------------------------------------------------------------------------
 
-    def _fold_half(self) -> bool:
-        """Fold the oldest units so the newest messages hold at most half the tokens."""
-        memory = self._memory
-        costs = memory.costs()
-        if len(costs) < 2:
-            return False
+    def _newest_unit(self) -> list[Message]:
+        """The units of the newest unit (its assistant call message and results), as buffered."""
+        units = self._track.units
+        first = len(units) - 1
+        while first > 0 and units[first].tool_call_id is not None:
+            first -= 1
+        return units[first:]
+
+    def _keep_half(self) -> int:
+        """How many newest messages hold at most half the buffer's tokens (at least 1)."""
+        costs = self._track.memory.costs()
         half = sum(costs) // 2
         kept = total = 0
         while kept < len(costs) and total + costs[-1 - kept] <= half:
             total += costs[-1 - kept]
             kept += 1
-        return memory.fold(max(kept, 1)) > 0
+        return max(kept, 1)
 
     def _truncate_largest(self) -> bool:
         """Truncate the largest tool result still over :data:`_MIN_TRUNCATE` tokens to half."""
-        counter = self._memory.token_counter or words
-        best: Optional[tuple[int, int, int, str, str]] = None
-        for index, message in enumerate(self._view):
-            for position, block in enumerate(message.get("content", ())):
+        counter = self._count
+        best: Optional[tuple[int, Any, int, str, str]] = None
+        for native in self._track.natives:
+            for position, block in enumerate(native.get("content", ())):
                 if not (isinstance(block, Mapping) and "toolResult" in block):
                     continue
                 result = block["toolResult"]
@@ -561,28 +498,30 @@ class RollingConversationManager(ConversationManager):  # type: ignore[misc, unu
                     self._truncated[call_id] = (tokens, tokens)
                 shown = self._truncated[call_id][1]
                 if shown > _MIN_TRUNCATE and (best is None or shown > best[0]):
-                    best = (shown, index, position, call_id, text)
+                    best = (shown, native, position, call_id, text)
         if best is None:
             return False
-        shown, index, position, call_id, text = best
+        shown, native, position, call_id, text = best
         tokens = self._truncated[call_id][0]
         allowed = shown // 2
         self._truncated[call_id] = (tokens, allowed)
         note = TRUNCATION_NOTE.format(before=tokens, after=allowed)
-        original = self._view[index]["content"][position]["toolResult"]
-        result = {key: value for key, value in original.items() if key != "content"}
+        result = {
+            key: value for key, value in native["content"][position]["toolResult"].items() if key != "content"
+        }
         result["content"] = [{"text": _prefix(text, tokens, allowed, counter) + "\n" + note}]
-        current = self._shown[index]
+        current = self._copies.get(id(native), native)
         content = list(current["content"])
         content[position] = {"toolResult": result}
-        self._shown[index] = {**current, "content": content}
+        self._copies[id(native)] = {**current, "content": content}
         self._dirty = True
         return True
 
 
-def _prefix(text: str, tokens: int, allowed: int, counter: TokenCounter) -> str:
+def _prefix(text: str, tokens: int, allowed: int, counter: Any) -> str:
     """A prefix of ``text`` (``tokens`` long) of at most about ``allowed`` tokens, cut at a space."""
     end = len(text) * allowed // max(tokens, 1)
+    prefix = text[:end]
     for _ in range(3):
         prefix = text[:end]
         counted = counter(prefix)
@@ -591,21 +530,3 @@ def _prefix(text: str, tokens: int, allowed: int, counter: TokenCounter) -> str:
         end = end * allowed // counted
     space = prefix.rfind(" ")
     return prefix[:space] if space > 0 else prefix
-
-
-def _read_costs(items: list[Any], path: str) -> dict[str, int]:
-    """Stored ``[tracking id, blocks, cost]`` entries as costs by :func:`_cost_key`."""
-    known: dict[str, int] = {}
-    for index, item in enumerate(items):
-        where = v.join(path, index)
-        entry = v.expect_list(item, where)
-        if len(entry) != 3:
-            raise InvalidStateError(where, f"expected [tracking_id, blocks, cost], got {len(entry)} items")
-        ident, blocks, cost = entry
-        if not isinstance(ident, str) or not ident:
-            raise StateTypeError(v.join(where, 0), f"expected a tracking id (a non-empty str), got {ident!r}")
-        for place, number in ((1, blocks), (2, cost)):
-            if not v.is_int(number) or number < 0:
-                raise StateTypeError(v.join(where, place), f"expected an int >= 0, got {number!r}")
-        known[f"{ident}#{blocks}"] = cost
-    return known
