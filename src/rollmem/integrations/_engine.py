@@ -98,8 +98,7 @@ class Configured:
 def is_async(fn: object) -> bool:
     """Whether calling ``fn`` gives a coroutine (a coroutine function, or an object whose
     ``__call__`` is one)."""
-    call = getattr(type(fn), "__call__", None)
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__dict__.get("__call__"))
 
 
 def new_memory(
