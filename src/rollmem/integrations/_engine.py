@@ -342,7 +342,7 @@ def locate(state: State, keys: Keys) -> tuple[Optional[int], str]:
     at, recent, size = state.folded, state.recent, len(keys.history)
     if not recent and state.first is None:
         return min(at, size), "exact"
-    if (recent and keys(at - 1) == recent[-1]) or (state.first is not None and keys(at) == state.first):
+    if keys(at) == state.first if state.first is not None else keys(at - 1) == recent[-1]:
         return at, "exact"
     found = keys.find(state.first, size)
     if found >= 0:
