@@ -104,7 +104,7 @@ def is_async(fn: object) -> bool:
 def new_memory(
     owner: Configured,
     summarize_fn: Optional[Callable[..., Any]],
-    on_evict: Optional[Callable[[Sequence[Message]], None]] = None,
+    on_evict: Optional[Callable[[Sequence[Message]], Any]] = None,
     *,
     asynchronous: bool,
 ) -> Any:

@@ -23,6 +23,7 @@ gives a request the provider accepts.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -34,9 +35,10 @@ from ..adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from ..adapters.openai import RESPONSES_ITEMS, from_openai_responses, responses_items, to_openai_responses
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import SYSTEM, Message
-from ..policies import cached_target, unit_spans
+from ..policies import unit_spans
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
+from ._engine import DEFAULT_MAX_TOKENS, Configured, Finish, Tracer, new_memory, summarizer
 
 __all__ = ["SUMMARY_HEADER", "RollingSession", "cached_prefix"]
 
@@ -136,7 +138,7 @@ def _check_limit(limit: object) -> Optional[int]:
     return v.check_int("limit", limit, 0)
 
 
-class RollingSession:
+class RollingSession(Configured):
     """An Agents SDK session that keeps a running summary plus the recent items verbatim.
 
     ``RollingSession(session_id, max_tokens=..., summarize_fn=..., token_counter=...,
@@ -170,7 +172,7 @@ class RollingSession:
         self,
         session_id: str,
         *,
-        max_tokens: int = 2000,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         target_tokens: Optional[int] = None,
@@ -181,29 +183,51 @@ class RollingSession:
     ) -> None:
         _require_agents()
         v.check_session_id(session_id)
-
+        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
         v.check_callable("on_evict", on_evict, optional=True)
         if archive is not None and not callable(getattr(archive, "add_items", None)):
             raise v.type_error("archive", "a session with add_items (e.g. agents.SQLiteSession)", archive)
         self.on_evict = on_evict
         self.archive = archive
-
-        def factory() -> AsyncRollingMemory:
-            target = cached_target(max_tokens) if target_tokens is None else target_tokens
-            return AsyncRollingMemory(
-                max_tokens, summarize_fn, token_counter, target_tokens=target, on_evict=self._evicted
-            )
-
-        memory = factory()  # checks the arguments now
         self.session_id = session_id
         self.session_settings = None
-        self._factory: Callable[[], AsyncRollingMemory] = factory
         self._memory: Optional[AsyncRollingMemory] = None
         self._sessions: Optional[AsyncSessions[AsyncRollingMemory]] = None
         if store is None:
-            self._memory = memory
+            self._memory = self._factory()
         else:
-            self._sessions = AsyncSessions(store, factory, max_retries=max_retries)
+            self._sessions = AsyncSessions(store, self._factory, max_retries=max_retries)
+
+    def _factory(self) -> AsyncRollingMemory:
+        made: list[AsyncRollingMemory] = []
+        memory: AsyncRollingMemory = new_memory(
+            self, summarizer(self, list, lambda: made[0]), self._evicted, asynchronous=True
+        )
+        made.append(memory)
+        return memory
+
+    def _fold_tracer(self) -> Optional[Tracer]:
+        """A fold as a custom span (``rollmem.fold``) in the Agents SDK's current trace."""
+        tracing = importlib.import_module("agents.tracing")
+        if isinstance(
+            tracing.get_current_trace(),
+            (type(None), importlib.import_module("agents.tracing.traces").NoOpTrace),
+        ):
+            return None
+
+        def start(attributes: dict[str, int]) -> Finish:
+            span = tracing.custom_span("rollmem.fold", data=dict(attributes))
+            span.start(mark_as_current=True)
+
+            def finish(more: dict[str, int], error: Optional[BaseException]) -> None:
+                span.span_data.data.update(more)
+                if error is not None:
+                    span.set_error({"message": str(error), "data": {"type": type(error).__name__}})
+                span.finish(reset_current=True)
+
+            return finish
+
+        return start
 
     async def _evicted(self, messages: Sequence[Message]) -> None:
         """The memory's ``on_evict``: the evicted items to ``on_evict`` and ``archive``."""
