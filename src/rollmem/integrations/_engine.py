@@ -383,6 +383,10 @@ class Spec(Generic[N]):
         """Whether ``new``, another object at the place of ``old``, says the same."""
         return bool(old == new)
 
+    def current(self, track: Track[N], slot: int) -> N:
+        """The native of ``track.natives[slot]`` as the framework holds it now (to summarize)."""
+        return track.natives[slot]
+
 
 class Track(Generic[N]):
     """One conversation's live memory: ``memory.buffer[i]`` is the unit of ``natives[i]``, seen at
@@ -410,11 +414,11 @@ class Track(Generic[N]):
 
     def _resolve(self, evicted: Sequence[Message]) -> list[Message]:
         natives: list[N] = []
-        for unit, native in zip(self.units, self.natives):
+        for slot, unit in enumerate(self.units):
             if len(natives) == len(evicted):
                 break
             if unit is evicted[len(natives)]:
-                natives.append(native)
+                natives.append(self.spec.current(self, slot))
         return self.spec.messages(natives)
 
     def _evicted(self, evicted: Sequence[Message]) -> None:

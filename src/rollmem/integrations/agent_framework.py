@@ -261,15 +261,18 @@ class RollingCompaction(Configured):
             mine = messages.pop(standing)
             previous[mine.additional_properties[SUMMARY_MARKER]] = mine
         conversation = messages[standing:]
-        if SYSTEM in map(_ROLE, conversation):
-            conversation = [m for m in conversation if m.role != SYSTEM]
         track = self._lives.take(key)
+        plain = track is not None and track.context == "plain"  # no system message after the standing ones
+        if not (plain and SYSTEM not in map(_ROLE, conversation[track.count :])):  # type: ignore[union-attr]
+            plain = SYSTEM not in map(_ROLE, conversation)
+            conversation = conversation if plain else [m for m in conversation if m.role != SYSTEM]
         fresh = track is None or track.written != (data or None) or not track.follows(conversation)
         if fresh:
             track, new = self._rebuild(conversation, data, where)
         else:
             assert track is not None
             new = track.new(conversation)
+        track.context = "plain" if plain else None
         try:
             folded = await track.aadd(conversation, new)
         finally:

@@ -161,8 +161,15 @@ class _Contents(Spec[Any]):
     def key(self, native: Any) -> str:
         return _fingerprint(native)
 
+    def current(self, track: Track[Any], slot: int) -> Any:
+        contents, position = track.context.contents, track.index[slot]
+        return (
+            contents[position] if contents is not None and position < len(contents) else track.natives[slot]
+        )
+
 
 _SPEC = _Contents()
+_KEYS_KEPT = 4096  # fingerprints a live track keeps (of the newest contents, and of calls)
 
 
 class _Context:
@@ -171,6 +178,7 @@ class _Context:
     def __init__(self, contents: Sequence[Any]) -> None:
         self.converter = _Converter()
         self.keys = Keys(contents, _fingerprint)
+        self.contents: Optional[list[Any]] = None  # the request's, during a call
 
 
 def _is_response(content: Any) -> bool:
@@ -240,7 +248,7 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
     async def before_model_callback(self, *, callback_context: Any, llm_request: Any) -> Optional[Any]:
         """Fold what the budget says, save the state when a fold changed it, and rewrite
         ``llm_request``; returns ``None`` (the model is called)."""
-        contents: list[Any] = list(llm_request.contents or ())
+        contents: list[Any] = llm_request.contents
         if not contents:
             return None
         key = self.state_key(callback_context.agent_name)
@@ -253,12 +261,14 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
                 new = track.new(contents)
             elif track is not None and track.written == data and _resumes(track, contents):
                 if track.written is not None:  # the fold position moved with what was inserted
-                    track.written = track.state(track.context.keys)
+                    track.written = _moved(track)
                     callback_context.state[key] = track.written
-                llm_request.contents = _render(track, contents)
+                track.context.keys.history = ()
+                _render(track, contents)
                 return self._summary(llm_request, track)
             else:
                 track, new = self._rebuild(contents, data, key, track)
+            track.context.contents = contents
             folded = await track.aadd(contents, new)
         finally:
             if track is not None:
@@ -266,8 +276,8 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
         if folded:
             track.written = track.state(track.context.keys)
             callback_context.state[key] = track.written
-        _seen(track, contents)
-        llm_request.contents = _render(track, contents)
+        _seen(track, contents, new)
+        _render(track, contents)
         return self._summary(llm_request, track)
 
     def _summary(self, llm_request: Any, track: Track[Any]) -> Optional[Any]:
@@ -307,15 +317,22 @@ def _follows(track: Track[Any], contents: list[Any]) -> bool:
     if _fingerprint(contents[count - 1]) != keys(count - 1):
         return False
     keys.history = contents
-    track.natives = [contents[i] for i in track.index[: track.kept]] + contents[track.start : count]
     return True
 
 
-def _seen(track: Track[Any], contents: list[Any]) -> None:
-    """Remember the fingerprint of the newest content, which the next call checks."""
+def _seen(track: Track[Any], contents: list[Any], new: Sequence[int]) -> None:
+    """Remember the fingerprints the next calls check (the newest content's, the new calls') and
+    let go of the request (touching each of its contents would cost O(buffer) per call)."""
     keys: Keys = track.context.keys
-    if keys.history is contents:
-        keys(len(contents) - 1)
+    keys.history = contents
+    keys(len(contents) - 1)
+    for position in new:
+        if _calls(contents[position]):
+            keys(position)
+    if len(keys.cache) > _KEYS_KEPT:
+        keys.cache = dict(sorted(keys.cache.items())[-_KEYS_KEPT // 2 :])
+    keys.history = ()
+    track.context.contents = None
 
 
 def _resumes(track: Track[Any], contents: list[Any]) -> bool:
@@ -328,7 +345,8 @@ def _resumes(track: Track[Any], contents: list[Any]) -> bool:
     call, response = size - 2, contents[-1]
     if call < 0 or size > track.count or not _is_response(response) or not _calls(contents[call]):
         return False
-    if call and _fingerprint(contents[call - 1]) != keys(call - 1):
+    before = keys(call - 1) if call else None  # checked when known: the history up to the call
+    if before is not None and _fingerprint(contents[call - 1]) != before:
         return False
     if _fingerprint(contents[call]) != keys(call):  # the call was left out of the requests
         keys.insert(call, contents[call:])
@@ -336,43 +354,46 @@ def _resumes(track: Track[Any], contents: list[Any]) -> bool:
     elif any(unit.pinned and unit.tool_calls for unit, i in zip(track.units, track.index) if i == call):
         keys.insert(call + 1, [response])  # the call was waiting: the response comes after it
         track.insert(call + 1, [response], 1)
-    else:
-        keys.history = [*keys.history[: call + 1], response, *keys.history[call + 2 :]]
-        keys.cache.pop(call + 1, None)
-        if call + 1 in track.index:
-            track.replace(call + 1, response)
-        else:  # the call's first response was folded: this one takes its place
-            track.insert(call + 1, [response], 0)
+    elif call + 1 in track.index:
+        track.replace(call + 1, response)
+    else:  # the call's first response was folded: this one takes its place
+        track.insert(call + 1, [response], 0)
+    keys.cache[call], keys.cache[call + 1] = _fingerprint(contents[call]), _fingerprint(response)
     return True
 
 
-def _render(track: Track[Any], contents: list[Any]) -> list[Any]:
-    """The request's contents: the pinned ones, a response shown with its call when the call was
-    folded, then the tail; a user turn first when the first is not the user's, and between two
-    model turns (Gemini takes a function call turn only after a user turn)."""
+def _moved(track: Track[Any]) -> dict[str, Any]:
+    """The state after a response came back (see :func:`_resumes`): positions as the track has
+    them now, the responses among the pinned contents; costs counted again after a restart."""
+    state = dict(track.written)
+    keys: Keys = track.context.keys
+    state["folded"] = track.start
+    state["pinned"] = [[i, keys(i)] for i in track.index[: track.kept] if keys(i) is not None]
+    state["costs"] = []
+    return state
+
+
+def _render(track: Track[Any], contents: list[Any]) -> None:
+    """Rewrite the request's contents in place: the pinned ones, a response shown with its call
+    when the call was folded, then the tail; a user turn first when the first is not the user's,
+    and between two model turns (Gemini takes a function call turn only after a user turn)."""
     size, start = len(contents), track.start
     shown = [i for i in track.index[: track.kept] if i < size]
     shown += [start] if start < size else []
     for position in list(shown):
-        if (
-            position
-            and position - 1 not in shown
-            and _is_response(contents[position])
-            and _calls(contents[position - 1])
-        ):
+        if position - 1 not in shown and _is_response(contents[position]) and _calls(contents[position - 1]):
             shown.append(position - 1)
-    view: list[Any] = []
+    head: list[Any] = []
     previous: Optional[int] = None
     for index in sorted(shown):
         content = contents[index]
         if content.role == "model" and (
             previous is None or (index != previous + 1 and contents[previous].role == "model")
         ):
-            view.append(_continuation())
-        view.append(content)
+            head.append(_continuation())
+        head.append(content)
         previous = index
-    view.extend(contents[start + 1 :])
-    return view
+    contents[: min(start + 1, size)] = head  # the tail moves up without being touched
 
 
 def _read(state: Any, key: str) -> Any:
