@@ -381,8 +381,9 @@ def _render(track: Track[Any], contents: list[Any]) -> None:
     shown = [i for i in track.index[: track.kept] if i < size]
     shown += [start] if start < size else []
     for position in list(shown):
-        if position - 1 not in shown and _is_response(contents[position]) and _calls(contents[position - 1]):
-            shown.append(position - 1)
+        call = position - 1
+        if call >= 0 and call not in shown and _is_response(contents[position]) and _calls(contents[call]):
+            shown.append(call)
     head: list[Any] = []
     previous: Optional[int] = None
     for index in sorted(shown):
