@@ -412,3 +412,35 @@ async def test_a_nested_run_gives_the_outer_run_its_state_back(recorder: Any) ->
     assert rolling.summary(inner) == "inner one two three four"
     assert rolling.summary(outer) == "outer one two three four"
     assert rolling.summary() == ""  # nothing went to the object's own state
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+async def test_an_edit_of_the_stored_history_reaches_the_summarizer_not_the_old_text(
+    recorder: Any, how: str
+) -> None:
+    """The app redacts a card number in the session's history two turns before it folds: the
+    summarizer, the saved summary and later requests see the redacted text; no message is lost."""
+    rolling = RollingCompaction(80, recorder, CountingWords())
+    client = ScriptedClient()
+    agent = make_agent(rolling, client)
+    session = agent.create_session()
+    await agent.run("my card is 4111 1111 1111 1111, what about Paris?", session=session)
+    await agent.run("question 1: what about Oslo today?", session=session)
+    assert not recorder.calls
+    before = len(client.requests)
+    stored = session.state["in_memory"]["messages"]
+    index = next(i for i, m in enumerate(stored) if "4111" in m.text)
+    redacted = "my card is [redacted], what about Paris?"
+    if how == "in place":
+        stored[index].contents[0].text = redacted
+    else:
+        stored[index] = Message("user", [redacted])
+    for turn in range(2, 10):
+        await agent.run(f"question {turn}: what about {CITIES[turn % len(CITIES)]} today?", session=session)
+    folded = [key(m) for m in recorder.folded]
+    assert redacted in folded
+    assert not any("4111" in k for k in folded)
+    assert "4111" not in rolling.summary(session)
+    assert not any("4111" in (m.text or "") for request in client.requests[before:] for m in request)
+    stored_keys = [k for message in history(session) for k in keys(message)]
+    assert folded == stored_keys[: len(folded)]  # in order, none lost

@@ -508,3 +508,141 @@ def test_cached_prefix_puts_the_summary_text_after_the_system_prompt() -> None:
     assert plugin.cached_prefix("s", evicted) == [Message("system", "Before: s"), *evicted]
     default = RollingMemoryPlugin(50, RecordingSummarizer())
     assert default.cached_prefix("s", evicted)[0] == Message("system", summary_instruction("s"))
+
+
+# -- issue 26: responses posted back, edits, state writes --------------------------------------------
+
+
+def approve_trip(trip: str) -> dict[str, str]:
+    """Ask a human to approve the trip (long-running: returns a pending ticket)."""
+    return {"status": "pending", "ticket": f"T-{trip}"}
+
+
+def book_trip(trip: str) -> str:
+    """Book the trip (asks for confirmation first)."""
+    return f"booked {trip}"
+
+
+class ToolChat(Chat):
+    """A chat whose agent has a long-running tool and a tool that requires confirmation, on an
+    in-memory session service (so a test can edit the stored events)."""
+
+    def _build(self) -> None:
+        from google.adk.sessions import InMemorySessionService
+        from google.adk.tools import FunctionTool, LongRunningFunctionTool
+
+        self.service = InMemorySessionService()  # type: ignore[assignment]
+        self.plugin = self.plugin_factory()
+        model = ScriptedModel(script=self.script, received=self.received)
+        tools = [
+            LongRunningFunctionTool(approve_trip),
+            FunctionTool(book_trip, require_confirmation=True),
+            lookup,
+        ]
+        agent = LlmAgent(name="forecaster", model=model, instruction=INSTRUCTION, tools=tools)
+        self.runner = Runner(
+            app=App(name=APP, root_agent=agent, plugins=[self.plugin]), session_service=self.service
+        )
+
+    async def post(self, response: types.FunctionResponse, answer: str) -> None:
+        self.script.append(text("model", answer))
+        message = types.Content(role="user", parts=[types.Part(function_response=response)])
+        async for _ in self.runner.run_async(user_id=USER, session_id=self.session_id, new_message=message):
+            pass
+
+    async def call_id(self, name: str) -> str:
+        session = await self.session()
+        return next(c.id for e in session.events for c in e.get_function_calls() if c.name == name)
+
+
+def tool_call(name: str, **args: str) -> types.Content:
+    return types.Content(
+        role="model", parts=[types.Part(function_call=types.FunctionCall(name=name, args=args))]
+    )
+
+
+@pytest.mark.parametrize("tool", ["long-running", "confirmation"])
+async def test_a_response_posted_back_after_its_call_folded_comes_with_its_call(tool: str) -> None:
+    """The call waits while six turns fold it away, then the client posts the final response: the
+    request that carries it shows the call right before it (never a response without its call),
+    and the response is summarized once later, like any other message."""
+    summarizer = RecordingSummarizer()
+    chat = ToolChat(Path("unused"), lambda: RollingMemoryPlugin(40, summarizer, CountingCounter()))
+    await chat.start()
+    name = "approve_trip" if tool == "long-running" else "book_trip"
+    chat.script.append(tool_call(name, trip="Oslo"))
+    if tool == "long-running":  # a confirmation ends the run until the client answers
+        chat.script.append(text("model", "waiting for you"))
+    async for _ in chat.runner.run_async(
+        user_id=USER, session_id=chat.session_id, new_message=text("user", "book the trip to Oslo")
+    ):
+        pass
+    for turn in range(6):
+        await chat.send(*plan(turn))
+    folded = [key(m) for m in summarizer.folded]
+    assert 'call:{"trip":"Oslo"}' in folded  # the call (and its first response) folded meanwhile
+    if tool == "long-running":
+        response = types.FunctionResponse(
+            id=await chat.call_id("approve_trip"), name="approve_trip", response={"status": "approved"}
+        )
+        final = 'tool:{"status": "approved"}'
+    else:
+        response = types.FunctionResponse(
+            id=await chat.call_id("adk_request_confirmation"),
+            name="adk_request_confirmation",
+            response={"confirmed": True},
+        )
+        final = 'tool:{"result": "booked Oslo"}'
+    await chat.post(response, "done: the trip is on")
+    for request in chat.received:
+        check_request(request)
+    shown = [k for c in check_request(chat.received[-1]) for k in content_keys(c)]
+    assert shown[-2:] == ['call:{"trip":"Oslo"}', final]
+    for turn in range(6, 12):
+        await chat.send(*plan(turn))
+    for request in chat.received:
+        check_request(request)
+    folded = [key(m) for m in summarizer.folded]
+    assert folded.count(final) == 1  # summarized once, not lost
+    assert len([k for k in folded if k.startswith("user:")]) == len(
+        {k for k in folded if k.startswith("user:")}
+    )
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+async def test_an_edit_of_the_stored_history_reaches_the_summarizer_not_the_old_text(how: str) -> None:
+    """The app redacts a card number in a stored event two turns before it folds: the summarizer,
+    the saved summary and later requests see the redacted text only; no turn is lost."""
+    summarizer = RecordingSummarizer()
+    chat = ToolChat(Path("unused"), lambda: RollingMemoryPlugin(60, summarizer, CountingCounter()))
+    await chat.start()
+    await chat.send("my card is 4111 1111 1111 1111, book a trip", (), "noted")
+    await chat.send(*plan(1))
+    assert not summarizer.calls
+    stored = chat.service.sessions[APP][USER][chat.session_id]  # type: ignore[attr-defined]
+    event = next(e for e in stored.events if e.content and "4111" in (e.content.parts[0].text or ""))
+    redacted = "my card is [redacted], book a trip"
+    if how == "in place":
+        event.content.parts[0].text = redacted
+    else:
+        stored.events[stored.events.index(event)] = event.model_copy(
+            update={"content": text("user", redacted)}
+        )
+    for turn in range(2, 12):
+        await chat.send(*plan(turn))
+    folded = [key(m) for m in summarizer.folded]
+    assert f"user:{redacted}" in folded
+    assert not any("4111" in k for k in folded)
+    assert not any("4111" in str(r.config.system_instruction) for r in chat.received)
+    assert not any("4111" in k for r in chat.received[3:] for c in r.contents for k in content_keys(c))
+
+
+async def test_the_state_is_written_only_at_folds_and_stays_small(tmp_path: Path) -> None:
+    summarizer = RecordingSummarizer()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(60, summarizer, CountingCounter()))
+    await run_conversation(chat, turns=40, restart_every=100)
+    session = await chat.session()
+    writes = [e.actions.state_delta[STATE_KEY] for e in session.events if STATE_KEY in e.actions.state_delta]
+    assert len(writes) == len(summarizer.calls) > 5  # one write per fold, none in between
+    sizes = [len(json.dumps(state)) - len(state["summary"]) for state in writes]
+    assert max(sizes) < 1500  # not the buffer: positions, keys of the newest folded contents, costs kept
