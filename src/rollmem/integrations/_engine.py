@@ -1,29 +1,16 @@
 """The engine every framework integration runs on (private to :mod:`rollmem.integrations`).
 
-A framework keeps a conversation as a list of its own message objects, *natives* (ADK contents,
-Agent Framework messages, LangChain messages, Strands message dicts). An integration turns each
-native into one rollmem *unit* message, so the core's rules (budget, target, units, pins,
-alignment) decide what folds; this module does the rest, once for all of them:
-
-- **Defaults**: :data:`DEFAULT_MAX_TOKENS` and :func:`new_memory` are the one place where an
-  integration's budget, fold target and counter become a memory.
-- **A live track per conversation** (:class:`Track`, kept in a :class:`Lives` LRU): the memory
-  whose buffer holds the unit of each unfolded native, with those natives. A model call on a
-  history that only grew converts and counts only the new natives (the natives seen are checked
-  by identity, at C speed); a native replaced by another object is compared by content and, when
-  it differs, converted and counted again.
-- **What is summarized is converted when it folds**, from the natives the framework handed over in
-  that call: an edit the application made to its history (in place, or by replacing a message)
-  reaches the summarizer, never the old text.
-- **One compact state** (:meth:`Track.state`, read by :func:`read_state`): the summary, where the
-  unfolded natives start (keys of the natives around that position), the pinned natives before
-  it, and the costs of the unfolded natives with the counter's identity. It changes only when a
-  fold does, and holds the costs of what that fold kept, not of everything since.
-- **One cost-trust rule**: stored costs are reused only when measured under the same counter
-  identity (:func:`rollmem.counters.counter_identity`; an unnamed counter is named per
-  integration object, so its costs hold within the process only).
-- **Pending calls**: a unit whose tool calls have no result yet is pinned until one arrives.
-- **Fold tracing** for frameworks with tracing of their own (:data:`Tracer`).
+A framework keeps a conversation as a list of its own message objects (*natives*). An integration
+gives each native one rollmem *unit* message, so the core's rules (budget, target, units, pins,
+alignment) decide what folds; this module does the rest once for all of them: the defaults
+(:func:`new_memory`), a live :class:`Track` per conversation (kept in a :class:`Lives` LRU: a call
+on a history that only grew converts and counts only the new natives; one replaced by another
+object is compared, and converted and counted again when it changed), what folds is converted
+afresh from the natives the framework holds *now* (an edit the application made reaches the
+summarizer, never the old text), one compact state (:meth:`Track.state`, :func:`read_state`:
+summary, fold position, pinned natives, the costs of what the last fold kept) that changes only at
+a fold, one cost-trust rule (costs are reused only under the same counter identity), pending calls
+pinned until their result arrives, and fold tracing for frameworks with tracing of their own.
 """
 
 from __future__ import annotations
@@ -48,66 +35,49 @@ from ..policies import cached_target
 
 N = TypeVar("N")
 _T = TypeVar("_T")
-AnyMemory = Union[RollingMemory, AsyncRollingMemory]
-AnySummarizer = Optional[Union[SummarizeFn, AsyncSummarizeFn]]
-
-# -- the defaults of every integration ---------------------------------------------------------
 
 DEFAULT_MAX_TOKENS = 2000
 """``max_tokens`` of every integration when none is given."""
 
-STATE_VERSION = 1
-LIVE = 256
-"""Live tracks an integration object keeps between calls (the most recently used)."""
+Finish = Callable[[dict[str, int], Optional[BaseException]], None]
+Tracer = Callable[[dict[str, int]], Finish]
+"""``tracer(attributes)`` starts a fold's span (``rollmem.messages_evicted``,
+``rollmem.tokens_before``, ``rollmem.tokens_after``) and returns ``finish(attributes, error)``
+(``rollmem.summary_tokens``; ``error`` when the summarizer raised)."""
 
 
 class Configured:
-    """The settings every integration takes (``max_tokens``, ``summarize_fn``, ``token_counter``,
-    ``target_tokens``), checked as :class:`~rollmem.AsyncRollingMemory` checks them."""
+    """The settings every integration takes, checked as :class:`~rollmem.AsyncRollingMemory`
+    checks them; ``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``."""
 
     max_tokens: int
     target_tokens: int
-    summarize_fn: AnySummarizer
+    summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]]
     token_counter: Optional[TokenCounter]
 
     def _configure(
         self,
         max_tokens: int,
-        summarize_fn: AnySummarizer,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]],
         token_counter: Optional[TokenCounter],
         target_tokens: Optional[int],
     ) -> None:
         AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)
-        self.max_tokens = max_tokens
+        self.max_tokens, self.summarize_fn, self.token_counter = max_tokens, summarize_fn, token_counter
         self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
-        self.summarize_fn = summarize_fn
-        self.token_counter = token_counter
         identity = counter_identity(words if token_counter is None else token_counter)
-        self._identity = identity or f"process:{uuid.uuid4().hex}"
+        self._identity = identity or f"process:{uuid.uuid4().hex}"  # an unnamed counter: this object's
         self._lives: Lives[Any] = Lives()
 
     def _fold_tracer(self) -> Optional[Tracer]:
-        """A tracer for a fold starting now (``None``: not traced). Overridden by integrations whose
-        framework has its own tracing."""
+        """A tracer for a fold starting now (``None``: not traced); for frameworks with tracing."""
         return None
 
     def _count(self, text: str) -> int:
         return (self.token_counter or words)(text)
 
 
-def is_async(fn: object) -> bool:
-    """Whether calling ``fn`` gives a coroutine (a coroutine function, or an object whose
-    ``__call__`` is one)."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__dict__.get("__call__"))
-
-
-def new_memory(
-    owner: Configured,
-    summarize_fn: Optional[Callable[..., Any]],
-    on_evict: Optional[Callable[[Sequence[Message]], Any]] = None,
-    *,
-    asynchronous: bool,
-) -> Any:
+def new_memory(owner: Configured, summarize_fn: Any, on_evict: Any = None, *, asynchronous: bool) -> Any:
     """The memory an integration folds with: over ``owner.max_tokens`` (by ``owner.token_counter``)
     it folds down to ``owner.target_tokens``. Every integration's fold rule is chosen here."""
     kind = AsyncRollingMemory if asynchronous else RollingMemory
@@ -120,13 +90,16 @@ def new_memory(
     )
 
 
+def is_async(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine (a coroutine function or ``__call__``)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__dict__.get("__call__"))
+
+
 class Lives(Generic[_T]):
     """A small thread-safe LRU of live values by key; a call takes its value out while it runs."""
 
-    def __init__(self, size: int = LIVE) -> None:
-        self._size = size
-        self._items: OrderedDict[Any, _T] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, size: int = 256) -> None:
+        self._size, self._items, self._lock = size, OrderedDict[Any, _T](), threading.Lock()
 
     def take(self, key: Any) -> Optional[_T]:
         with self._lock:
@@ -138,119 +111,74 @@ class Lives(Generic[_T]):
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
 
-
-# -- tracing a fold -------------------------------------------------------------------------------
-
-Finish = Callable[[dict[str, int], Optional[BaseException]], None]
-Tracer = Callable[[dict[str, int]], Finish]
-"""``tracer(attributes)`` starts a fold's span (``rollmem.messages_evicted``,
-``rollmem.tokens_before``, ``rollmem.tokens_after``) and returns ``finish(attributes, error)``
-(``rollmem.summary_tokens``; ``error`` when the summarizer raised)."""
-
-
-def _begin_trace(owner: Configured, memory: Any, evicted: Sequence[Message]) -> Optional[Finish]:
-    tracer = owner._fold_tracer()
-    if tracer is None:
-        return None
-    buffer, costs = memory.buffer, memory.costs()
-    gone, found = 0, 0
-    for message, cost in zip(buffer, costs):
-        if found < len(evicted) and message is evicted[found]:
-            gone += cost
-            found += 1
-    before = sum(costs)
-    attributes = {
-        "rollmem.messages_evicted": len(evicted),
-        "rollmem.tokens_before": before,
-        "rollmem.tokens_after": before - gone,
-    }
-    return tracer(attributes)
-
-
-def _end_trace(
-    owner: Configured, finish: Optional[Finish], result: object, error: Optional[BaseException]
-) -> None:
-    if finish is not None:
-        tokens = owner._count(result) if isinstance(result, str) else 0
-        finish({"rollmem.summary_tokens": tokens}, error)
-
-
-def summarizer(
-    owner: Configured, resolve: Callable[[Sequence[Message]], list[Message]], memory: Callable[[], Any]
-) -> Optional[Callable[..., Any]]:
+def summarizer(owner: Configured, resolve: Callable[[Sequence[Message]], list[Message]], memory: Any) -> Any:
     """``owner.summarize_fn`` as a memory's summarizer: it receives ``resolve(evicted)`` (the
-    evicted units' natives converted afresh) and reports the fold to ``owner._fold_tracer()``."""
-    summarize_fn = owner.summarize_fn
-    if summarize_fn is None:
+    evicted natives converted afresh), and ``owner._fold_tracer()`` sees the fold (``memory()``
+    gives the memory, for the token counts)."""
+    fn: Any = owner.summarize_fn
+    if fn is None:
         return None
-    fn: Callable[..., Any] = summarize_fn
+
+    def done(finish: Optional[Finish], result: object, error: Optional[BaseException]) -> None:
+        if finish is not None:
+            finish({"rollmem.summary_tokens": owner._count(result) if isinstance(result, str) else 0}, error)
 
     async def finished(finish: Optional[Finish], pending: Awaitable[str]) -> str:
         try:
             result = await pending
         except BaseException as error:
-            _end_trace(owner, finish, None, error)
+            done(finish, None, error)
             raise
-        _end_trace(owner, finish, result, None)
+        done(finish, result, None)
         return result
 
     def summarize(summary: str, evicted: Sequence[Message]) -> Any:
-        finish = _begin_trace(owner, memory(), evicted)
+        tracer, finish = owner._fold_tracer(), None
+        if tracer is not None:
+            live = memory()
+            costs = dict(zip(map(id, live.buffer), live.costs()))
+            before = sum(costs.values())
+            gone = sum(costs.get(id(m), 0) for m in evicted)
+            finish = tracer(
+                {
+                    "rollmem.messages_evicted": len(evicted),
+                    "rollmem.tokens_before": before,
+                    "rollmem.tokens_after": before - gone,
+                }
+            )
         try:
             result = fn(summary, resolve(evicted))
         except BaseException as error:
-            _end_trace(owner, finish, None, error)
+            done(finish, None, error)
             raise
         if inspect.isawaitable(result):
             return finished(finish, result)
-        _end_trace(owner, finish, result, None)
+        done(finish, result, None)
         return result
-
-    if not is_async(fn):
-        return summarize
 
     async def asummarize(summary: str, evicted: Sequence[Message]) -> str:
         return await summarize(summary, evicted)  # type: ignore[no-any-return]
 
-    return asummarize
-
-
-# -- units ----------------------------------------------------------------------------------------
+    return asummarize if is_async(fn) else summarize
 
 
 def unit_of(messages: Sequence[Message], **fields: Any) -> Message:
-    """The one unit message standing for a native converted to ``messages`` (its ``fields``
-    replaced): the message itself, or for tool results one tool message answering the first
-    result's call (so the unit joins its caller's) with every text joined."""
+    """The one unit message standing for a native converted to ``messages`` (``fields``
+    replaced): the message itself, or one tool message answering the first result's call (so it
+    joins its caller's unit), every text joined."""
     first = messages[0]
     if len(messages) > 1:
-        results = [m for m in messages if m.role == TOOL]
+        head = next((m for m in messages if m.role == TOOL), first)
         text = "\n".join(m.content for m in messages if m.content)
-        head = results[0] if results else first
         first = Message(head.role, text, tool_call_id=head.tool_call_id, metadata=head.metadata)
     return replace(first, **fields) if fields else first
 
 
 def opening_turn(first: Optional[Message]) -> bool:
-    """Whether a request whose first conversation message converts to ``first`` needs a user turn
-    before it (every provider's rule, :func:`rollmem.adapters.user_first`)."""
+    """Whether a request opening with ``first`` needs a user turn before it (every provider's
+    rule, :func:`rollmem.adapters.user_first`)."""
     return first is not None and (first.role != USER or first.tool_call_id is not None)
-
-
-def stray_results(units: Sequence[Message]) -> list[int]:
-    """The positions of results in ``units`` whose call is not before them (their call was
-    folded, or never came): an integration shows the call with them, or their text."""
-    open_ids: set[str] = set()
-    stray: list[int] = []
-    for index, unit in enumerate(units):
-        open_ids.update(call.id for call in unit.tool_calls)
-        if unit.tool_call_id is not None and unit.tool_call_id not in open_ids:
-            stray.append(index)
-    return stray
 
 
 # -- the state ------------------------------------------------------------------------------------
@@ -262,8 +190,7 @@ class State:
     __slots__ = ("costs", "counter", "first", "folded", "pinned", "recent", "summary")
 
     def __init__(self, summary: str = "") -> None:
-        self.summary = summary
-        self.folded = 0  # how many natives of the history come before the unfolded tail
+        self.summary, self.folded = summary, 0
         self.recent: list[str] = []  # keys of the natives just before the tail, oldest first
         self.first: Optional[str] = None  # key of the tail's first native
         self.pinned: list[tuple[int, str]] = []  # (position, key) of unfolded natives before the tail
@@ -277,40 +204,38 @@ def read_state(data: object, path: str) -> State:
         return State()
     data = v.expect_mapping(data, path)
     version = v.get_int(data, "version", path)
-    if version != STATE_VERSION:
+    if version != 1:
         raise InvalidStateError(
             v.join(path, "version"), f"unsupported state version {version}; this rollmem reads version 1"
         )
     state = State(v.check_text(v.get_str(data, "summary", path), v.join(path, "summary")))
     state.folded = v.check_int(v.join(path, "folded"), data.get("folded", 0), 0)
-    state.recent = _strings(v.get_list(data, "recent", path, default=[]), v.join(path, "recent"))
-    state.first = v.get_optional_str(data, "first", path)
+    state.recent = v.get_list(data, "recent", path, default=[])
+    for index, key in enumerate(state.recent):
+        if not isinstance(key, str):
+            raise StateTypeError(
+                v.join(v.join(path, "recent"), index), f"expected str, got {v.type_name(key)}"
+            )
+    state.first, state.counter = (
+        v.get_optional_str(data, "first", path),
+        v.get_optional_str(data, "counter", path),
+    )
     for index, item in enumerate(v.get_list(data, "pinned", path, default=[])):
         if not (isinstance(item, list) and len(item) == 2 and v.is_int(item[0]) and isinstance(item[1], str)):
             raise StateTypeError(v.join(v.join(path, "pinned"), index), f"expected [int, str], got {item!r}")
         state.pinned.append((item[0], item[1]))
-    state.counter = v.get_optional_str(data, "counter", path)
-    costs = v.get_list(data, "costs", path, default=[])
-    for index, cost in enumerate(costs):
+    state.costs = v.get_list(data, "costs", path, default=[])
+    for index, cost in enumerate(state.costs):
         if not v.is_int(cost) or cost < 0:
             raise StateTypeError(v.join(v.join(path, "costs"), index), f"expected an int >= 0, got {cost!r}")
-    state.costs = costs
     return state
 
 
-def _strings(items: list[Any], path: str) -> list[str]:
-    for index, item in enumerate(items):
-        if not isinstance(item, str):
-            raise StateTypeError(v.join(path, index), f"expected str, got {v.type_name(item)}")
-    return items
-
-
 class Keys:
-    """The keys of a history's natives, computed on demand and once each."""
+    """The keys of a history's natives, computed on demand and once each (by position)."""
 
     def __init__(self, history: Sequence[Any], key: Callable[[Any], str]) -> None:
-        self.history, self.key = history, key
-        self.cache: dict[int, str] = {}
+        self.history, self.key, self.cache = history, key, dict[int, str]()
 
     def __call__(self, index: int) -> Optional[str]:
         found = self.cache.get(index)
@@ -318,43 +243,49 @@ class Keys:
             found = self.cache[index] = self.key(self.history[index])
         return found
 
-    def insert(self, position: int, natives: Sequence[Any]) -> None:
-        """``natives`` were inserted at ``position``: the keys after it move up."""
-        count = len(natives)
-        self.cache = {i + count if i >= position else i: key for i, key in self.cache.items()}
-        self.history = [*self.history[:position], *natives, *self.history[position:]]
-
     def find(self, key: Optional[str], stop: int) -> int:
         """The last position before ``stop`` holding ``key``; -1."""
-        if key is not None:
-            for index in range(min(stop, len(self.history)) - 1, -1, -1):
-                if self(index) == key:
-                    return index
+        for index in range(min(stop, len(self.history)) - 1, -1, -1) if key is not None else ():
+            if self(index) == key:
+                return index
         return -1
 
+    def insert(self, position: int, natives: Sequence[Any]) -> None:
+        """``natives`` were inserted at ``position``: the keys after it move up."""
+        self.cache = {i + len(natives) if i >= position else i: key for i, key in self.cache.items()}
+        self.history = [*self.history[:position], *natives, *self.history[position:]]
 
-def locate(state: State, keys: Keys) -> tuple[Optional[int], str]:
-    """Where the unfolded tail starts in the history, and how it was found: ``"exact"`` (where the
-    state says), ``"first"`` (its first native found elsewhere: folded natives were left out),
-    ``"anchor"`` (after the last folded native: the first unfolded one is gone), ``"prefix"``
-    (after the newest native still where it was among the recent ones: the history was cut and
-    grew again), or ``(None, "lost")``."""
+
+def locate(state: State, keys: Keys, fallback: Optional[int] = None) -> tuple[Optional[int], list[int], str]:
+    """Where the unfolded tail starts in the history, the positions of the pinned natives before
+    it, and how the tail was found: ``"exact"`` (where the state says), ``"first"`` (its first
+    native elsewhere: folded natives were left out), ``"anchor"`` (after the last folded native:
+    the first unfolded one is gone), ``"prefix"`` (after the newest native still where it was
+    among the recent ones: the history was cut), or ``fallback`` and ``"lost"``."""
     at, recent, size = state.folded, state.recent, len(keys.history)
+    start: Optional[int] = None
+    how = "lost"
     if not recent and state.first is None:
-        return min(at, size), "exact"
-    if keys(at) == state.first if state.first is not None else keys(at - 1) == recent[-1]:
-        return at, "exact"
-    found = keys.find(state.first, size)
-    if found >= 0:
-        return found, "first"
-    found = keys.find(recent[-1] if recent else None, size)
-    if found >= 0:
-        return found + 1, "anchor"
-    base = at - len(recent)
-    for index in range(min(size, at) - 1, max(base, 0) - 1, -1):
-        if keys(index) == recent[index - base]:
-            return index + 1, "prefix"
-    return None, "lost"
+        start, how = min(at, size), "exact"
+    elif keys(at) == state.first if state.first is not None else keys(at - 1) == recent[-1]:
+        start, how = at, "exact"
+    elif keys.find(state.first, size) >= 0:
+        start, how = keys.find(state.first, size), "first"
+    elif keys.find(recent[-1] if recent else None, size) >= 0:
+        start, how = keys.find(recent[-1], size) + 1, "anchor"
+    else:
+        base = at - len(recent)
+        lower = max(base, 0) - 1
+        start = next(
+            (i + 1 for i in range(min(size, at) - 1, lower, -1) if keys(i) == recent[i - base]), None
+        )
+        start, how = (fallback, "lost") if start is None else (start, "prefix")
+    pinned: list[int] = []
+    for position, key in state.pinned:  # where the state says, else the last one with that key
+        index = position if position < (start or 0) and keys(position) == key else keys.find(key, start or 0)
+        if index >= 0 and index not in pinned:
+            pinned.append(index)
+    return start, sorted(pinned), how
 
 
 # -- the live track of one conversation ----------------------------------------------------------
@@ -364,11 +295,10 @@ class Spec(Generic[N]):
     """What an integration tells the engine about its framework's natives."""
 
     recent: ClassVar[int] = 1
-    """How many keys of folded natives the state keeps (a reshaped history is matched on them)."""
+    """How many keys of folded natives the state keeps (a history cut short is matched on them)."""
 
     def units(self, natives: Sequence[N], track: Track[N]) -> list[Message]:
-        """One unit message per native, converted in order (``track.context`` may hold the
-        conversion's own state between calls)."""
+        """One unit message per native, in order (``track.context``: the conversion's own state)."""
         raise NotImplementedError
 
     def messages(self, natives: Sequence[N]) -> list[Message]:
@@ -384,22 +314,21 @@ class Spec(Generic[N]):
         return bool(old == new)
 
     def current(self, track: Track[N], slot: int) -> N:
-        """The native of ``track.natives[slot]`` as the framework holds it now (to summarize)."""
+        """``track.natives[slot]`` as the framework holds it now (to summarize)."""
         return track.natives[slot]
 
 
 class Track(Generic[N]):
     """One conversation's live memory: ``memory.buffer[i]`` is the unit of ``natives[i]``, seen at
-    ``index[i]`` of the framework's history; the first ``kept`` of them are pinned natives before
-    the contiguous tail. ``context`` is the integration's own per-conversation state."""
+    ``index[i]`` of the framework's history; the first ``kept`` are pinned natives before the
+    contiguous tail. ``context`` is the integration's own per-conversation state."""
 
     def __init__(self, owner: Configured, spec: Spec[N], asynchronous: bool) -> None:
         self.owner, self.spec = owner, spec
         self.natives: list[N] = []
         self.units: list[Message] = []
         self.index: list[int] = []
-        self.kept = 0
-        self.count = 0  # the history's length when last seen
+        self.kept = self.count = 0  # count: the history's length when last seen
         self.written: Any = None  # the state this track last gave the framework
         self.context: Any = None
         self.folded: list[tuple[int, N]] = []  # (position, native) of what the last add folded
@@ -413,22 +342,21 @@ class Track(Generic[N]):
         return self.index[self.kept] if self.kept < len(self.index) else self.count
 
     def _resolve(self, evicted: Sequence[Message]) -> list[Message]:
-        natives: list[N] = []
+        slots: list[int] = []  # evicted units are the leading ones but pinned units
         for slot, unit in enumerate(self.units):
-            if len(natives) == len(evicted):
+            if len(slots) == len(evicted):
                 break
-            if unit is evicted[len(natives)]:
-                natives.append(self.spec.current(self, slot))
-        return self.spec.messages(natives)
+            if unit is evicted[len(slots)]:
+                slots.append(slot)
+        return self.spec.messages([self.spec.current(self, slot) for slot in slots])
 
     def _evicted(self, evicted: Sequence[Message]) -> None:
-        """The memory's ``on_evict``: the evicted units leave ``units``, ``natives`` and ``index``
-        (they are the leading ones but pinned units, which stay in front)."""
+        """The memory's ``on_evict``: the evicted units (the leading ones but pinned units, which
+        stay in front) leave ``units``, ``natives`` and ``index``."""
         stays: list[int] = []
         found = cut = 0
-        units = self.units
         while found < len(evicted):
-            if units[cut] is evicted[found]:
+            if self.units[cut] is evicted[found]:
                 self.folded.append((self.index[cut], self.natives[cut]))
                 found += 1
             else:
@@ -443,30 +371,28 @@ class Track(Generic[N]):
         """Pin the new units whose calls get no result here, unpin the ones answered now."""
         answered = {unit.tool_call_id for unit in units if unit.tool_call_id is not None}
         done = {self.pending.pop(call_id) for call_id in answered & self.pending.keys()}
-        if done:
-            for pin in done:
-                self.memory.unpin(pin)
+        for pin in done:
+            self.memory.unpin(pin)
             self.units = list(self.memory.buffer)
-            self.pending = {call: pin for call, pin in self.pending.items() if pin not in done}
+            self.pending = {call: other for call, other in self.pending.items() if other != pin}
         for position, unit in enumerate(units):
             ids = [call.id for call in unit.tool_calls]
-            if ids and not answered.intersection(ids) and unit.role == ASSISTANT:
+            if ids and unit.role == ASSISTANT and not answered.intersection(ids):
                 pin = unit.id or f"rollmem-pending:{ids[0]}"
                 units[position] = replace(unit, id=pin, pinned=True)
                 self.pending.update(dict.fromkeys(ids, pin))
         return units
 
     def _add_flow(self, history: Sequence[N], positions: Sequence[int]) -> Flow[list[Message], Any]:
-        self.folded = []
-        self.count = len(history)
+        self.folded, self.count = [], len(history)
         if not positions:
             return self.folded
         natives = [history[i] for i in positions]
         units = self._pin_pending(self.spec.units(natives, self))
         size = len(self.units)
-        self.natives.extend(natives)
-        self.units.extend(units)
-        self.index.extend(positions)
+        self.natives += natives
+        self.units += units
+        self.index += positions
         try:
             yield units
         except BaseException:
@@ -490,51 +416,45 @@ class Track(Generic[N]):
         return list(range(self.count, len(history)))
 
     def forget(self, positions: Iterable[int]) -> None:
-        """The natives at ``positions`` (none of them unfolded) were removed from the history."""
+        """The (folded) natives at ``positions`` were removed from the history."""
         gone = sorted(positions)
-        if gone:
-            self.index = [i - bisect_right(gone, i) for i in self.index]
-            self.count -= len(gone)
+        self.index = [i - bisect_right(gone, i) for i in self.index]
+        self.count -= len(gone)
 
     def insert(self, position: int, natives: Sequence[N], shift: int) -> None:
-        """``natives`` appeared at ``position`` on of the history (a response posted back to an
-        earlier call, say), the natives from there on moving up by ``shift``: they join the buffer
-        in history order (counted, and the budget applied, at the next add)."""
+        """``natives`` appeared at ``position`` (a response posted back to an earlier call), those
+        from there on moving up by ``shift``: they join the buffer in history order (counted,
+        and the budget applied, at the next add)."""
         units = self._pin_pending(self.spec.units(natives, self))
         slot = bisect_right(self.index, position - 1)
-        before_tail = slot <= self.kept
+        self.kept += len(natives) if slot <= self.kept else 0
         self.index[slot:] = [i + shift for i in self.index[slot:]]
         self.count += shift
         self.natives[slot:slot] = natives
         self.units[slot:slot] = units
         self.index[slot:slot] = range(position, position + len(natives))
         self.memory.buffer[slot:slot] = units
-        self.kept += len(natives) if before_tail else 0
 
     def replace(self, position: int, native: N) -> None:
         """The unfolded native at ``position`` is now ``native`` (an edit): its unit is replaced
         (counted at the next add)."""
         slot = self.index.index(position)
-        unit = self.spec.units([native], self)[0]
-        old = self.units[slot]
+        unit, old = self.spec.units([native], self)[0], self.units[slot]
         self.natives[slot] = native
         self.units[slot] = self.memory.buffer[slot] = replace(unit, id=old.id, pinned=old.pinned)
-
-    # -- keeping up with the framework's history --------------------------------------------------
 
     def follows(self, history: Sequence[N]) -> bool:
         """Whether ``history`` holds the natives seen last time where they were, plus new ones at
         the end. Each is the same object, or another one saying the same (taken instead), or an
-        edit (its unit is replaced, and counted at the next add)."""
+        edit (its unit replaced)."""
         natives, count = self.natives, self.count
         if not natives or count > len(history):
             return not natives and count == 0
         last = history[count - 1]
         if last is not natives[-1] and not self.spec.same(natives[-1], last):
             return False
-        kept = self.kept
-        if all(map(operator.is_, history[self.start : count], natives[kept:])) and all(
-            history[self.index[i]] is natives[i] for i in range(kept)
+        if all(map(operator.is_, history[self.start : count], natives[self.kept :])) and all(
+            history[self.index[i]] is natives[i] for i in range(self.kept)
         ):
             return True
         current = [history[i] for i in self.index]
@@ -549,8 +469,7 @@ class Track(Generic[N]):
     ) -> list[int]:
         """Take ``state`` for a history whose tail starts at ``start`` (``pinned``: the positions of
         the pinned natives before it). With ``trusted`` positions, the natives with stored costs
-        measured by this counter go into the memory uncounted; returns the positions of the
-        others, to :meth:`add`."""
+        measured by this counter go into the memory uncounted; returns the positions to :meth:`add`."""
         positions = [*pinned, *range(start, len(history))]
         costs = state.costs if trusted and state.counter == self.owner._identity else []
         known = len(costs) if len(costs) <= len(positions) and len(pinned) == len(state.pinned) else 0
@@ -566,7 +485,7 @@ class Track(Generic[N]):
         """The state to keep in the framework (after a fold): JSON-ready, versioned."""
         start = self.start
         return {
-            "version": STATE_VERSION,
+            "version": 1,
             "summary": self.memory.summary,
             "folded": start,
             "recent": [keys(i) for i in range(max(start - self.spec.recent, 0), start)],
@@ -575,14 +494,3 @@ class Track(Generic[N]):
             "counter": self.owner._identity,
             "costs": self.memory.costs(),
         }
-
-
-def find_pinned(state: State, keys: Keys, start: int) -> list[int]:
-    """The positions before ``start`` of the pinned natives the state names (where it says, else
-    the last one with that key); the ones not found are left out."""
-    found: list[int] = []
-    for position, key in state.pinned:
-        index = position if position < start and keys(position) == key else keys.find(key, start)
-        if index >= 0 and index not in found:
-            found.append(index)
-    return sorted(found)

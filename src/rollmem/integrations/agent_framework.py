@@ -1,23 +1,18 @@
 """Microsoft Agent Framework: a rolling summary as a ``CompactionStrategy``.
 
 Needs the ``agent-framework`` extra on Python 3.10+ (``pip install "rollmem[agent-framework]"``:
-``agent-framework-core``; checked with 1.23). Importing this module does not import
-``agent_framework``; building a :class:`RollingCompaction` does, and raises
-:class:`~rollmem.errors.MissingExtraError` (an ``ImportError``) when it is missing.
-
-Use one object in two places::
+``agent-framework-core``; checked with 1.23). Building a :class:`RollingCompaction` imports it, and
+raises :class:`~rollmem.errors.MissingExtraError` when it is missing. Use one object in two places::
 
     rolling = RollingCompaction(max_tokens=2000, summarize_fn=summarize)
     agent = Agent(client, tools=[...], compaction_strategy=rolling, context_providers=[rolling])
 
-As the compaction strategy, before every model call it folds the oldest messages into a running
-summary with :class:`~rollmem.AsyncRollingMemory`'s rules (an assistant message with
-``function_call`` s and the messages holding their ``function_result`` s are one unit); the request
-is then the system messages the list opens with, the summary as a system message (marked, see
-:data:`SUMMARY_MARKER`), a user turn :data:`rollmem.adapters.CONTINUATION_TEXT` when the kept
-messages would not open with the user's, then the kept messages. Folded messages stay in the list,
-marked excluded. As a context provider it keeps the state in ``session.state[source_id]``, so
-whatever saves the session saves the summary. The docs page states every rule.
+As the compaction strategy it folds the oldest messages before every model call (an assistant
+message with ``function_call`` s and the messages holding their results are one unit) and the
+request is: the system messages it opens with, the summary (a marked system message), a user turn
+:data:`rollmem.adapters.CONTINUATION_TEXT` when the kept messages would not open with the user's,
+then the kept messages; folded ones stay in the list, marked excluded. As a context provider it
+keeps its state in ``session.state[source_id]``. The docs page states every rule.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ import json
 import warnings
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .. import _validate as v
 from .._extras import import_extra
@@ -42,7 +37,6 @@ from ._engine import (
     Keys,
     Spec,
     Track,
-    find_pinned,
     locate,
     opening_turn,
     read_state,
@@ -60,8 +54,6 @@ and the continuation turn). They are rebuilt on every call and never stored as h
 
 _ROLE = attrgetter("role")
 _EXCLUDED = "_excluded"  # agent_framework.EXCLUDED_KEY: messages the framework leaves out of a request
-_EXCLUDE_REASON = "_exclude_reason"
-_REASON = "rollmem_summarized"
 
 
 def _import() -> Any:
@@ -74,12 +66,7 @@ def _import() -> Any:
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except ValueError:  # pragma: no cover - a circular structure
-        return str(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _convert(message: Any) -> list[Message]:
@@ -101,7 +88,7 @@ def _convert(message: Any) -> list[Message]:
             results.append(Message(TOOL, _text(content.result), tool_call_id=content.call_id, metadata=error))
         elif kind != "text_reasoning":
             texts.append(f"[{kind}]")
-    role = message.role if isinstance(message.role, str) else str(message.role)
+    role = str(message.role)
     if not results or texts or calls:
         head_role = ASSISTANT if calls else (USER if role == TOOL else role)
         meta: dict[str, Any] = {"name": message.author_name} if isinstance(message.author_name, str) else {}
@@ -146,11 +133,8 @@ def _is_ours(message: Any) -> bool:
 class _Binding:
     """A run's working copy of its session's state, and the binding of the run around it."""
 
-    __slots__ = ("called", "key", "outer", "working")
-
     def __init__(self, working: dict[str, Any], key: Any, outer: Optional[_Binding]) -> None:
-        self.working, self.key, self.outer = working, key, outer
-        self.called = False
+        self.working, self.key, self.outer, self.called = working, key, outer, False
 
 
 class RollingCompaction(Configured):
@@ -158,18 +142,13 @@ class RollingCompaction(Configured):
     plus the newest messages within ``max_tokens``.
 
     ``RollingCompaction(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None, source_id="rollmem")``: the budget, summarizer (sync or a coroutine
-    function; it receives rollmem :class:`~rollmem.Message` objects) and counter are
-    :class:`~rollmem.AsyncRollingMemory`'s, checked the same way; ``target_tokens`` defaults to
-    :func:`rollmem.cached_target` ``(max_tokens)``. Pass the object as the agent's
-    ``compaction_strategy`` *and* in its ``context_providers``: a run with only the second warns
-    (nothing folds), and the first call with only the first warns (the state then lives in the
-    object, for one conversation, and is not saved with the session).
-
-    If ``summarize_fn`` raises, the error propagates out of the run and the state stays as it
-    was. A state from another conversation, or a history holding neither message around the fold
-    position, raises :class:`~rollmem.errors.InvalidStateError` rather than summarizing or
-    dropping anything twice.
+    target_tokens=None, source_id="rollmem")``: the settings of :class:`~rollmem.AsyncRollingMemory`
+    (``summarize_fn`` sync or a coroutine function, receiving rollmem messages), checked the same
+    way; ``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``. Pass the
+    object as ``compaction_strategy`` *and* in ``context_providers``: a run with only the second
+    warns (nothing folds), the first call with only the first warns (the state then lives in the
+    object, for one conversation). A failing ``summarize_fn`` propagates and changes no state; a
+    state from another conversation raises :class:`~rollmem.errors.InvalidStateError`.
     """
 
     after_run_once_per_turn = False
@@ -178,7 +157,7 @@ class RollingCompaction(Configured):
     def __init__(
         self,
         max_tokens: int = DEFAULT_MAX_TOKENS,
-        summarize_fn: Optional[SummarizeFn | AsyncSummarizeFn] = None,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         *,
         target_tokens: Optional[int] = None,
@@ -189,11 +168,7 @@ class RollingCompaction(Configured):
         _import()
         self._own: dict[str, Any] = {}
         self._warned = False
-        self._bound: contextvars.ContextVar[Optional[_Binding]] = contextvars.ContextVar(
-            f"rollmem_compaction_{id(self)}", default=None
-        )
-
-    # -- the context provider: the state per session ---------------------------------------------
+        self._bound = contextvars.ContextVar[Optional[_Binding]](f"rollmem_af_{id(self)}", default=None)
 
     @property
     def _where(self) -> str:
@@ -206,27 +181,22 @@ class RollingCompaction(Configured):
         self._bound.set(_Binding(dict(state), key, self._bound.get()))
 
     async def after_run(self, *, agent: Any, session: Any, context: Any, state: dict[str, Any]) -> None:
-        """Commit the run's folds to the session's state; a run nested in another (an agent used
-        as a tool) gives the outer run its binding back. Warns when no model call of the run went
-        through this strategy (it is not the agent's ``compaction_strategy``)."""
+        """Commit the run's folds to the session's state (a nested run gives the outer one its
+        binding back). Warns when no model call of the run went through this strategy."""
         binding = self._bound.get()
         if binding is None:
             return
         if not binding.called and agent is not None:
-            warnings.warn(
-                "RollingCompaction is in context_providers= but was not called as the compaction "
-                "strategy: nothing folds. Pass the same object as compaction_strategy= too.",
-                UserWarning,
-                stacklevel=2,
-            )
+            message = "is in context_providers= but was not called as the compaction strategy: nothing folds"
+            warnings.warn(f"RollingCompaction {message}. Pass it as compaction_strategy= too.", stacklevel=2)
         state.clear()
         state.update(binding.working)
         self._bound.set(binding.outer)
 
     def state(self, session: Any = None) -> dict[str, Any]:
-        """A copy of the state (empty before the first fold): of ``session`` (an ``AgentSession``),
-        else this object's own. Keys: ``summary``, ``folded`` (messages before the unfolded ones),
-        ``costs`` (of the unfolded messages at the last fold), and bookkeeping."""
+        """A copy of the state (empty before the first fold) of ``session``, else this object's own:
+        ``summary``, ``folded`` (messages before the unfolded ones), ``costs`` (of what the last
+        fold kept), and bookkeeping."""
         data = self._own if session is None else session.state.get(self.source_id) or {}
         read_state(data or None, "state" if session is None else self._where)
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]
@@ -235,20 +205,22 @@ class RollingCompaction(Configured):
         """The running summary of ``session`` (else of this object's own conversation)."""
         return str(self.state(session).get("summary", ""))
 
-    # -- the compaction strategy -----------------------------------------------------------------
-
     async def __call__(self, messages: list[Any]) -> bool:
-        """Fold what the budget says and rebuild ``messages`` in place (see the module docstring).
-        Returns whether the request changed."""
+        """Fold what the budget says and rebuild ``messages`` in place; returns whether the
+        request changed."""
         if not isinstance(messages, list):
             raise TypeError(f"messages: expected a list of Message, got {v.type_name(messages)}")
         binding = self._bound.get()
-        if binding is None:
-            self._warn_unbound()
-            data, key, where = self._own, "own", "state"
-        else:
+        if binding is None and not self._warned:
+            self._warned = True
+            message = "was called as the compaction strategy without being in context_providers="
+            note = "its state lives in this object, for one conversation, and is not saved with the session"
+            warnings.warn(
+                f"RollingCompaction {message}: {note}. Pass it in context_providers= too.", stacklevel=2
+            )
+        if binding is not None:
             binding.called = True
-            data, key, where = binding.working, binding.key, self._where
+        data, key = (self._own, "own") if binding is None else (binding.working, binding.key)
         standing = 0  # the system messages the list opens with: the summary goes after them
         while (
             standing < len(messages)
@@ -263,15 +235,16 @@ class RollingCompaction(Configured):
         conversation = messages[standing:]
         track = self._lives.take(key)
         plain = track is not None and track.context == "plain"  # no system message after the standing ones
-        if not (plain and SYSTEM not in map(_ROLE, conversation[track.count :])):  # type: ignore[union-attr]
+        if not plain or SYSTEM in map(_ROLE, conversation[track.count :]):  # type: ignore[union-attr]
             plain = SYSTEM not in map(_ROLE, conversation)
             conversation = conversation if plain else [m for m in conversation if m.role != SYSTEM]
         fresh = track is None or track.written != (data or None) or not track.follows(conversation)
         if fresh:
-            track, new = self._rebuild(conversation, data, where)
+            track = Track(self, _SPEC, asynchronous=True)
+            new = self._restore(track, conversation, data, "state" if binding is None else self._where)
         else:
-            assert track is not None
-            new = track.new(conversation)
+            new = track.new(conversation)  # type: ignore[union-attr]
+        assert track is not None
         track.context = "plain" if plain else None
         try:
             folded = await track.aadd(conversation, new)
@@ -282,62 +255,41 @@ class RollingCompaction(Configured):
             data.update(track.state(Keys(conversation, _fingerprint)))
             track.written = dict(data)
         changed = _mark(conversation[: track.start] if fresh else [m for _, m in folded], track)
-        inserted = []
-        summary = track.memory.summary
-        if summary:
-            inserted.append(_ours(previous, "summary", SYSTEM, summary))
+        inserted = [_ours(previous, "summary", SYSTEM, track.memory.summary)] if track.memory.summary else []
         if opening_turn(track.units[0] if track.units else None):
             inserted.append(_ours(previous, "continuation", USER, CONTINUATION_TEXT))
         messages[standing:standing] = inserted
-        return (
-            changed
-            or bool(folded)
-            or [m.additional_properties[SUMMARY_MARKER] for m in inserted] != list(previous)
-        )
+        kinds = [m.additional_properties[SUMMARY_MARKER] for m in inserted]
+        return changed or bool(folded) or kinds != list(previous)
 
-    def _warn_unbound(self) -> None:
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                "RollingCompaction was called as the compaction strategy without being in "
-                "context_providers=: its state lives in this object, for one conversation, and is "
-                "not saved with the session. Pass the same object in context_providers= too.",
-                UserWarning,
-                stacklevel=3,
-            )
-
-    def _rebuild(
-        self, conversation: list[Any], data: Mapping[str, Any], where: str
-    ) -> tuple[Track[Any], list[int]]:
+    def _restore(
+        self, track: Track[Any], conversation: list[Any], data: Mapping[str, Any], where: str
+    ) -> list[int]:
         state = read_state(data or None, where)
-        keys = Keys(conversation, _fingerprint)
-        start, how = locate(state, keys)
+        start, pinned, how = locate(state, Keys(conversation, _fingerprint))
         if start is None:
             raise InvalidStateError(
                 v.join(where, "first"),
-                "the messages hold neither the last message folded into the summary nor the first "
-                "one kept: this state belongs to another conversation, or the history provider "
-                "did not load the history (give each session its own state: "
-                "context_providers=[the RollingCompaction])",
+                "the messages hold neither the last message folded into the summary nor the first one "
+                "kept: this state belongs to another conversation, or the history provider did not "
+                "load the history (give each session its own state: context_providers=[the "
+                "RollingCompaction])",
             )
-        track: Track[Any] = Track(self, _SPEC, asynchronous=True)
         track.written = dict(data) or None
-        pinned = find_pinned(state, keys, start)
-        return track, track.restore(conversation, state, start, pinned, how in ("exact", "first"))
+        return track.restore(conversation, state, start, pinned, how in ("exact", "first"))
 
 
-def _mark(folded: Sequence[Any], track: Track[Any]) -> bool:
-    """Mark ``folded`` messages excluded, the others not (the pinned ones still in the buffer);
-    returns whether any mark changed."""
+def _mark(messages: Sequence[Any], track: Track[Any]) -> bool:
+    """Mark ``messages`` excluded but those still in the buffer; returns whether a mark changed."""
     keep = {id(native) for native in track.natives}
     changed = False
-    for message in folded:
+    for message in messages:
         properties = message.additional_properties
         excluded = id(message) not in keep
         changed = changed or bool(properties.get(_EXCLUDED, False)) != excluded
         properties[_EXCLUDED] = excluded
         if excluded:
-            properties[_EXCLUDE_REASON] = _REASON
+            properties["_exclude_reason"] = "rollmem_summarized"
     return changed
 
 
@@ -346,6 +298,5 @@ def _ours(previous: Mapping[str, Any], kind: str, role: str, text: str) -> Any:
     message = previous.get(kind)
     if message is not None and message.role == role and message.text == text:
         return message
-    af = _import()
     properties = {SUMMARY_MARKER: kind, _EXCLUDED: False}
-    return af.Message(role, [text], message_id=f"rollmem-{kind}", additional_properties=properties)
+    return _import().Message(role, [text], message_id=f"rollmem-{kind}", additional_properties=properties)

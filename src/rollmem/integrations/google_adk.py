@@ -4,16 +4,13 @@ Needs the ``google-adk`` extra (``pip install "rollmem[google-adk]"``, Python 3.
 google-adk 2.0.0 and 2.13.0). Importing this module imports ``google.adk`` and ``google.genai``,
 and raises :class:`~rollmem.errors.MissingExtraError` (an ``ImportError``) when they are missing.
 
-:class:`RollingMemoryPlugin` changes what the model sees, not what the session stores: in its
-``before_model_callback`` it folds the oldest unfolded contents of the request into a running
-summary, and the model receives the agent's instruction with the summary appended, then the newest
-contents verbatim (the request's own ``types.Content`` objects). The session's events are never
-changed, so ADK's own machinery (tool confirmation, long-running tool resume, rewind, other
-plugins) keeps working as without it. The state (summary, fold position, costs) is session state
-under :data:`STATE_PREFIX` ``+ agent name``, written only when a fold changes it.
-
-Typing: ADK is loaded with :func:`importlib.import_module` (this package's mypy runs at
-``python_version = 3.9``, which ADK does not support), so its objects are typed ``Any`` here.
+The plugin changes what the model sees, not what the session stores: in ``before_model_callback``
+it folds the oldest unfolded contents of the request into a running summary, and the model gets the
+agent's instruction with the summary appended, then the newest contents verbatim. The session's
+events are never changed, so ADK's own machinery (tool confirmation, long-running tools, rewind)
+works as without it. The state is session state under :data:`STATE_PREFIX` ``+ agent name``,
+written only when a fold changes it. ADK is loaded with :func:`importlib.import_module` (this
+package's mypy runs at Python 3.9, which ADK does not support), so its objects are typed ``Any``.
 """
 
 from __future__ import annotations
@@ -28,17 +25,7 @@ from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ._engine import (
-    DEFAULT_MAX_TOKENS,
-    Configured,
-    Keys,
-    Spec,
-    Track,
-    find_pinned,
-    locate,
-    read_state,
-    unit_of,
-)
+from ._engine import DEFAULT_MAX_TOKENS, Configured, Keys, Spec, Track, locate, read_state, unit_of
 
 __all__ = ["DEFAULT_MAX_TOKENS", "STATE_PREFIX", "RollingMemoryPlugin", "summary_instruction"]
 
@@ -47,14 +34,15 @@ def _import(module: str) -> Any:
     return import_extra(module, package="google-adk", extra="google-adk", feature=__name__)
 
 
-_plugins = _import("google.adk.plugins.base_plugin")
+_BasePlugin: Any = _import("google.adk.plugins.base_plugin").BasePlugin
 _types = _import("google.genai.types")
-_BasePlugin: Any = _plugins.BasePlugin
 
 STATE_PREFIX = "rollmem:"
 """Session-state keys of the plugin are this prefix plus the agent's name (one memory per agent
 of a multi-agent app). ADK keeps owner-prefixed keys (``owner:key``) out of ``state_schema``
 validation."""
+
+_KEYS_KEPT = 4096  # fingerprints a live track keeps (of the newest contents, and of calls)
 
 
 def summary_instruction(summary: str) -> str:
@@ -62,13 +50,9 @@ def summary_instruction(summary: str) -> str:
     return f"Summary of the earlier conversation:\n{summary}"
 
 
-# -- converting contents ----------------------------------------------------------------------
-
-
 def _fingerprint(content: Any) -> str:
     """A stable name for one request content: a hash of its JSON form."""
-    text = content.model_dump_json(exclude_none=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(content.model_dump_json(exclude_none=True).encode("utf-8")).hexdigest()[:16]
 
 
 def _plain_text(part: Any) -> Optional[str]:
@@ -89,18 +73,13 @@ def _plain_text(part: Any) -> Optional[str]:
 
 
 def _json(value: Any, compact: bool = False) -> str:
-    """``value`` as JSON text, non-ASCII kept; what JSON cannot carry is written with ``str``."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":") if compact else None, default=str)
 
 
 class _Converter:
-    """Turns request contents into rollmem messages, pairing function responses with calls.
-
-    The request usually carries no call ids (ADK strips the ones it generated): a call without
-    an id gets a made-up one, and a response without one answers the oldest open call of the
-    same name (else the oldest open call), as Gemini pairs them; one answering no open call gets
-    an id of its own (a *stray* result: its call was folded).
-    """
+    """Turns request contents into rollmem messages, pairing function responses with calls. The
+    request carries no call ids ADK generated: a call gets a made-up one, and a response without
+    an id answers the oldest open call of its name (else the oldest), as Gemini pairs them."""
 
     def __init__(self) -> None:
         self.open: list[tuple[str, str]] = []  # (name, id) of the calls not answered yet
@@ -116,10 +95,10 @@ class _Converter:
                 return self.open.pop(index)[1]
         if not call_id and self.open:
             return self.open.pop(0)[1]
-        return call_id or self._made("result")
+        return call_id or self._made("result")  # its call was folded
 
     def convert(self, content: Any, tag: str = "") -> list[Message]:
-        """One content as rollmem messages (``tag`` is not used; kept for callers)."""
+        """One content as rollmem messages (``tag`` is not used)."""
         texts: list[str] = []
         calls: list[ToolCall] = []
         results: list[Message] = []
@@ -131,28 +110,23 @@ class _Converter:
                 self.open.append((call.name or "", call_id))
             elif response is not None:
                 name = response.name or ""
-                text = "" if response.response is None else _json(response.response)
-                meta: dict[str, Any] = {"name": name} if name else {}
+                body = "" if response.response is None else _json(response.response)
+                meta = {"name": name} if name else {}
                 results.append(
-                    Message(TOOL, text, tool_call_id=self._answer(name, response.id), metadata=meta)
+                    Message(TOOL, body, tool_call_id=self._answer(name, response.id), metadata=meta)
                 )
-            else:
-                plain = _plain_text(part)
-                if plain is not None:
-                    texts.append(plain)
+            elif _plain_text(part) is not None:
+                texts.append(str(_plain_text(part)))
         if content.role == "model":
             return [Message(ASSISTANT, "\n".join(texts), tool_calls=calls)]
-        if texts or not results:
-            results.append(Message(USER, "\n".join(texts)))
-        return results
+        return [*results, Message(USER, "\n".join(texts))] if texts or not results else results
 
 
 class _Contents(Spec[Any]):
     recent = 32
 
     def units(self, natives: Sequence[Any], track: Track[Any]) -> list[Message]:
-        converter: _Converter = track.context.converter
-        return [unit_of(converter.convert(content)) for content in natives]
+        return [unit_of(track.context.converter.convert(content)) for content in natives]
 
     def messages(self, natives: Sequence[Any]) -> list[Message]:
         converter = _Converter()
@@ -169,16 +143,15 @@ class _Contents(Spec[Any]):
 
 
 _SPEC = _Contents()
-_KEYS_KEPT = 4096  # fingerprints a live track keeps (of the newest contents, and of calls)
 
 
 class _Context:
-    """A track's ADK side: the converter, and fingerprints by position (``keys``)."""
+    """A track's ADK side: the converter, fingerprints by position, the request during a call."""
 
     def __init__(self, contents: Sequence[Any]) -> None:
         self.converter = _Converter()
         self.keys = Keys(contents, _fingerprint)
-        self.contents: Optional[list[Any]] = None  # the request's, during a call
+        self.contents: Optional[list[Any]] = None
 
 
 def _is_response(content: Any) -> bool:
@@ -189,31 +162,20 @@ def _calls(content: Any) -> bool:
     return content.role == "model" and any(part.function_call for part in content.parts or ())
 
 
-def _continuation() -> Any:
-    return _types.Content(role="user", parts=[_types.Part(text=CONTINUATION_TEXT)])
-
-
 class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
     """An ADK plugin: each model request gets a running summary plus the newest contents.
 
     ``RollingMemoryPlugin(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None, summary_text=None, name="rollmem")``: the budget, summarizer (sync or a
-    coroutine function; it receives rollmem :class:`~rollmem.Message` objects) and counter are
-    :class:`~rollmem.AsyncRollingMemory`'s, checked the same way; ``target_tokens`` defaults to
-    :func:`rollmem.cached_target` ``(max_tokens)``.
-
-    Before each model call the request's contents are converted (a ``model`` content is one
-    assistant message, its function calls as tool calls; in a ``user`` content each function
-    response is a tool message) and the unfolded ones go through the memory: whole units (a model
-    content with its function calls and the responses), oldest first, once over ``max_tokens``,
-    the newest unit always kept. A model content whose calls have no response yet is pinned. The
-    request then holds the system instruction with ``summary_text(summary)`` appended, a user turn
-    :data:`rollmem.adapters.CONTINUATION_TEXT` where Gemini needs one (first, and between two model
-    turns), then the kept contents verbatim; a response posted back after its call was folded
-    (a long-running tool, a confirmation) is shown with its call.
-
-    If ``summarize_fn`` raises, ADK's plugin manager raises a ``RuntimeError`` from it out of
-    ``run_async``; the state is unchanged and the next run folds again.
+    target_tokens=None, summary_text=None, name="rollmem")``: the settings of
+    :class:`~rollmem.AsyncRollingMemory` (``summarize_fn`` sync or a coroutine function, receiving
+    rollmem messages), checked the same way; ``target_tokens`` defaults to
+    :func:`rollmem.cached_target` ``(max_tokens)``. The request's contents are converted (a
+    ``model`` content is one assistant message with its calls, a function response a tool message)
+    and folded by whole units, the newest kept; a model content whose calls have no response yet is
+    pinned. The request then holds the instruction with ``summary_text(summary)`` appended, a user
+    turn :data:`rollmem.adapters.CONTINUATION_TEXT` where Gemini needs one, and the kept contents; a
+    response posted back after its call folded comes with its call. A failing ``summarize_fn``
+    fails the run (ADK raises a ``RuntimeError`` from it) and changes no state.
     """
 
     def __init__(
@@ -228,11 +190,8 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
     ) -> None:
         self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
         v.check_callable("summary_text", summary_text, optional=True)
-        v.check_str("name", name, allow_empty=False)
-        super().__init__(name=name)
-        self.summary_text: Callable[[str], str] = (
-            summary_instruction if summary_text is None else summary_text
-        )
+        super().__init__(name=v.check_str("name", name, allow_empty=False))
+        self.summary_text: Callable[[str], str] = summary_text or summary_instruction
 
     def cached_prefix(self, summary: str, evicted: list[Message]) -> list[Message]:
         """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary as this
@@ -261,11 +220,8 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
                 new = track.new(contents)
             elif track is not None and track.written == data and _resumes(track, contents):
                 if track.written is not None:  # the fold position moved with what was inserted
-                    track.written = _moved(track)
-                    callback_context.state[key] = track.written
-                track.context.keys.history = ()
-                _render(track, contents)
-                return self._summary(llm_request, track)
+                    callback_context.state[key] = track.written = _moved(track)
+                return self._render(llm_request, track, contents)
             else:
                 track, new = self._rebuild(contents, data, key, track)
             track.context.contents = contents
@@ -274,13 +230,13 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
             if track is not None:
                 self._lives.put(where, track)
         if folded:
-            track.written = track.state(track.context.keys)
-            callback_context.state[key] = track.written
+            callback_context.state[key] = track.written = track.state(track.context.keys)
         _seen(track, contents, new)
-        _render(track, contents)
-        return self._summary(llm_request, track)
+        return self._render(llm_request, track, contents)
 
-    def _summary(self, llm_request: Any, track: Track[Any]) -> Optional[Any]:
+    def _render(self, llm_request: Any, track: Track[Any], contents: list[Any]) -> Optional[Any]:
+        track.context.keys.history = ()
+        _render(track, contents)
         if track.memory.summary:
             llm_request.append_instructions([self.summary_text(track.memory.summary)])
         return None
@@ -288,19 +244,19 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
     def _rebuild(
         self, contents: list[Any], data: Any, key: str, old: Optional[Track[Any]]
     ) -> tuple[Track[Any], list[int]]:
-        """A track from the state: where the tail starts (else, a history cut short, from the
-        fold position on, the newest content always), the pinned contents before it and the
-        responses right after them, and the contents a live track had (matched by fingerprint)."""
+        """A track from the state: where the tail starts (else, a history cut short, from the fold
+        position on, the newest content always), the pinned contents before it with the responses
+        right after them, and the contents a live track had (matched by fingerprint)."""
         state = read_state(data, key)
         track: Track[Any] = Track(self, _SPEC, asynchronous=True)
-        track.context = context = _Context(contents)
-        keys = context.keys
-        start, how = locate(state, keys)
-        if start is None:
-            start = min(state.folded, len(contents) - 1)
-        pinned = set(find_pinned(state, keys, start))
-        for native in [] if old is None else old.natives[: old.kept]:  # what a live track held
-            pinned.add(keys.find(_fingerprint(native), start))
+        track.context = _Context(contents)
+        keys = track.context.keys
+        start, found, how = locate(state, keys, min(state.folded, len(contents) - 1))
+        start = int(start or 0)
+        pinned = {
+            *found,
+            *(keys.find(_fingerprint(native), start) for native in (old.natives[: old.kept] if old else ())),
+        }
         pinned.discard(-1)
         pinned.update(i + 1 for i in list(pinned) if i + 1 < start and _is_response(contents[i + 1]))
         track.written = data
@@ -309,38 +265,31 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
 
 def _follows(track: Track[Any], contents: list[Any]) -> bool:
     """Whether ``contents`` are the last call's plus new ones at the end: the newest content seen
-    is where it was (a fingerprint; ADK hands over fresh copies on every call, taken instead)."""
-    count = track.count
-    if not track.natives or count > len(contents):
-        return False
-    keys: Keys = track.context.keys
-    if _fingerprint(contents[count - 1]) != keys(count - 1):
+    is where it was (ADK hands over fresh copies each time: checked by fingerprint, not touched)."""
+    count, keys = track.count, track.context.keys
+    if not track.natives or count > len(contents) or _fingerprint(contents[count - 1]) != keys(count - 1):
         return False
     keys.history = contents
     return True
 
 
 def _seen(track: Track[Any], contents: list[Any], new: Sequence[int]) -> None:
-    """Remember the fingerprints the next calls check (the newest content's, the new calls') and
+    """Remember the fingerprints the next calls check (the newest content's, the new calls'), then
     let go of the request (touching each of its contents would cost O(buffer) per call)."""
     keys: Keys = track.context.keys
     keys.history = contents
-    keys(len(contents) - 1)
-    for position in new:
-        if _calls(contents[position]):
-            keys(position)
+    for position in [*(p for p in new if _calls(contents[p])), len(contents) - 1]:
+        keys(position)
     if len(keys.cache) > _KEYS_KEPT:
         keys.cache = dict(sorted(keys.cache.items())[-_KEYS_KEPT // 2 :])
-    keys.history = ()
     track.context.contents = None
 
 
 def _resumes(track: Track[Any], contents: list[Any]) -> bool:
     """ADK's request for a response posted back to an earlier call (a long-running tool, a
-    confirmation): the history up to the call, then the response. In the history of the next
-    requests the response takes the place of the call's first response, or comes right after
-    the call, which comes back too when ADK left it out while it had no response: the track
-    takes them at those places now (shown with the call)."""
+    confirmation): the history up to the call, then the response. In the next requests the
+    response takes the place of the call's first response, or comes right after the call (which
+    comes back too when ADK left it out while it had no response): the track takes them there."""
     size, keys = len(contents), track.context.keys
     call, response = size - 2, contents[-1]
     if call < 0 or size > track.count or not _is_response(response) or not _calls(contents[call]):
@@ -363,14 +312,11 @@ def _resumes(track: Track[Any], contents: list[Any]) -> bool:
 
 
 def _moved(track: Track[Any]) -> dict[str, Any]:
-    """The state after a response came back (see :func:`_resumes`): positions as the track has
-    them now, the responses among the pinned contents; costs counted again after a restart."""
-    state = dict(track.written)
+    """The state after a response came back: positions as the track has them now, the responses
+    among the pinned contents; costs counted again after a restart."""
     keys: Keys = track.context.keys
-    state["folded"] = track.start
-    state["pinned"] = [[i, keys(i)] for i in track.index[: track.kept] if keys(i) is not None]
-    state["costs"] = []
-    return state
+    pinned = [[i, keys(i)] for i in track.index[: track.kept] if keys(i) is not None]
+    return {**track.written, "folded": track.start, "pinned": pinned, "costs": []}
 
 
 def _render(track: Track[Any], contents: list[Any]) -> None:
@@ -378,8 +324,7 @@ def _render(track: Track[Any], contents: list[Any]) -> None:
     when the call was folded, then the tail; a user turn first when the first is not the user's,
     and between two model turns (Gemini takes a function call turn only after a user turn)."""
     size, start = len(contents), track.start
-    shown = [i for i in track.index[: track.kept] if i < size]
-    shown += [start] if start < size else []
+    shown = [i for i in track.index[: track.kept] if i < size] + ([start] if start < size else [])
     for position in list(shown):
         call = position - 1
         if call >= 0 and call not in shown and _is_response(contents[position]) and _calls(contents[call]):
@@ -391,14 +336,13 @@ def _render(track: Track[Any], contents: list[Any]) -> None:
         if content.role == "model" and (
             previous is None or (index != previous + 1 and contents[previous].role == "model")
         ):
-            head.append(_continuation())
+            head.append(_types.Content(role="user", parts=[_types.Part(text=CONTINUATION_TEXT)]))
         head.append(content)
         previous = index
     contents[: min(start + 1, size)] = head  # the tail moves up without being touched
 
 
 def _read(state: Any, key: str) -> Any:
-    """``state[key]`` without ADK's read snapshot: reading a dict through ``state.get`` makes
-    ADK deep-copy it (to see writes into it later)."""
+    """``state[key]`` without ADK's read snapshot (``state.get`` deep-copies a dict value)."""
     to_dict = getattr(state, "to_dict", None)
     return state.get(key) if to_dict is None else to_dict().get(key)

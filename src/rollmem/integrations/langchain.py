@@ -41,7 +41,6 @@ from ._engine import (
     Spec,
     Tracer,
     Track,
-    find_pinned,
     is_async,
     locate,
     read_state,
@@ -151,14 +150,6 @@ class _Messages(Spec[BaseMessage]):
         return _message_id(native)
 
 
-def _where(messages: Sequence[BaseMessage], state: Any) -> tuple[Optional[int], list[int], str]:
-    """Where the unfolded messages start, the pinned ones before it, and how it was found."""
-    keys = Keys(messages, _message_id)
-    start, how = locate(state, keys)
-    found = start if start is not None else 0
-    return start, find_pinned(state, keys, found), how
-
-
 class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]):  # type: ignore[misc, unused-ignore]
     """``create_agent`` middleware: the model sees a running summary plus the newest messages.
 
@@ -220,7 +211,7 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
         when the buffer opens with another turn, unpaired tool calls and results as text)."""
         state = cast("Mapping[str, Any]", request.state)
         messages = request.messages
-        start, pinned, _ = _where(messages, read_state(state.get(CURSOR_KEY), CURSOR_KEY))
+        start, pinned, _ = locate(read_state(state.get(CURSOR_KEY), CURSOR_KEY), Keys(messages, _message_id))
         view: list[_AnyMessage] = [messages[i] for i in pinned] + list(messages[start or 0 :])
         summary = _state_summary(state)
         if summary:
@@ -287,7 +278,7 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
             return messages, track, track.new(messages)
         stored = read_state(cursor, CURSOR_KEY)
         stored.summary = _state_summary(state)
-        start, pinned, how = _where(messages, stored)
+        start, pinned, how = locate(stored, Keys(messages, _message_id))
         if how == "anchor":
             logger.warning(
                 "RollingMemoryMiddleware: the first unfolded message %r is no longer in the state; the fold "

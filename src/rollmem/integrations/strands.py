@@ -6,8 +6,7 @@ Importing this module imports Strands, and raises :class:`~rollmem.errors.Missin
 
 :class:`RollingConversationManager` keeps ``agent.messages`` as a summary turn plus the newest
 messages verbatim within a token budget: whole units (an assistant ``toolUse`` message with the user
-message holding its ``toolResult`` blocks) leave oldest first, folded by one
-``summarize_fn(summary, evicted)`` call, and the newest unit always stays.
+message holding its ``toolResult`` blocks) leave oldest first, folded by one ``summarize_fn`` call.
 """
 
 from __future__ import annotations
@@ -43,21 +42,16 @@ _FEATURE = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.1
 if TYPE_CHECKING:
     from strands.agent.conversation_manager import ConversationManager  # type: ignore[import-not-found, unused-ignore]
     from strands.hooks import BeforeModelCallEvent, HookRegistry  # type: ignore[import-not-found, unused-ignore]
-    from strands.types.exceptions import (  # type: ignore[import-not-found, unused-ignore]
-        ContextWindowOverflowException,
-    )
+    from strands.types.exceptions import ContextWindowOverflowException  # type: ignore[import-not-found, unused-ignore]
 else:
-    _conversation = import_extra(
-        "strands.agent.conversation_manager", package="strands-agents", extra="strands", feature=_FEATURE
-    )
-    ConversationManager = _conversation.ConversationManager
-    _hooks = import_extra("strands.hooks", package="strands-agents", extra="strands", feature=_FEATURE)
-    BeforeModelCallEvent = _hooks.BeforeModelCallEvent
-    HookRegistry = _hooks.HookRegistry
-    _exceptions = import_extra(
-        "strands.types.exceptions", package="strands-agents", extra="strands", feature=_FEATURE
-    )
-    ContextWindowOverflowException = _exceptions.ContextWindowOverflowException
+    _strands = {
+        name: import_extra(name, package="strands-agents", extra="strands", feature=_FEATURE)
+        for name in ("strands.agent.conversation_manager", "strands.hooks", "strands.types.exceptions")
+    }
+    ConversationManager = _strands["strands.agent.conversation_manager"].ConversationManager
+    BeforeModelCallEvent = _strands["strands.hooks"].BeforeModelCallEvent
+    HookRegistry = _strands["strands.hooks"].HookRegistry
+    ContextWindowOverflowException = _strands["strands.types.exceptions"].ContextWindowOverflowException
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -72,10 +66,8 @@ __all__ = [
 
 DEFAULT_TARGET_TOKENS: Optional[int] = None
 """The default fold target: ``None`` folds down to :func:`rollmem.cached_target` ``(max_tokens)``."""
-
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 """The first line of the summary text block that opens ``agent.messages`` once there is a summary."""
-
 TRUNCATION_NOTE = "[rollmem: tool result truncated from {before} to {after} tokens to fit the context window]"
 """The note that ends a tool result :meth:`RollingConversationManager.reduce_context` truncated."""
 STATE_KEY = "rollmem"
@@ -100,9 +92,6 @@ def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
     return [Message(USER, text), *evicted]
 
 
-# -- converting Strands messages --------------------------------------------------------------
-
-
 def _block_text(block: Mapping[str, Any]) -> str:
     """The text of one content block (or tool-result content item); non-text media as a marker."""
     if "text" in block:
@@ -110,9 +99,8 @@ def _block_text(block: Mapping[str, Any]) -> str:
     if "json" in block:
         return json.dumps(block["json"], ensure_ascii=False)
     for kind, inner in (("reasoningContent", "reasoningText"), ("guardContent", "text")):
-        value = block.get(kind)
-        if isinstance(value, Mapping):
-            found = value.get(inner)
+        if isinstance(block.get(kind), Mapping):
+            found = block[kind].get(inner)
             return str(found.get("text", "")) if isinstance(found, Mapping) else ""
     cited = block.get("citationsContent")
     if isinstance(cited, Mapping):
@@ -133,30 +121,6 @@ def _join(texts: Sequence[str]) -> str:
     return "\n".join(text for text in texts if text)
 
 
-def _tool_result(block: Mapping[str, Any], path: str) -> Message:
-    where = v.join(path, "toolResult")
-    result = v.expect_mapping(block["toolResult"], where)
-    items = v.get_list(result, "content", where, default=[])
-    texts = [
-        _block_text(v.expect_mapping(item, v.join(v.join(where, "content"), i)))
-        for i, item in enumerate(items)
-    ]
-    metadata = {"is_error": True} if result.get("status") == "error" else {}
-    return Message(TOOL, _join(texts), tool_call_id=v.get_str(result, "toolUseId", where), metadata=metadata)
-
-
-def _tool_call(block: Mapping[str, Any], path: str) -> ToolCall:
-    where = v.join(path, "toolUse")
-    use = v.expect_mapping(block["toolUse"], where)
-    arguments = use.get("input", {})
-    text = (
-        arguments
-        if isinstance(arguments, str)
-        else json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
-    )
-    return ToolCall(v.get_str(use, "toolUseId", where), v.get_str(use, "name", where), text)
-
-
 def _tracking_id(message: Mapping[str, Any]) -> Optional[str]:
     ident = message.get("tracking_id")
     return ident if isinstance(ident, str) and ident else None
@@ -165,7 +129,6 @@ def _tracking_id(message: Mapping[str, Any]) -> Optional[str]:
 def _convert(message: object, path: str) -> list[Message]:
     data = v.expect_mapping(message, path)
     role = v.get_str(data, "role", path)
-    ident = _tracking_id(data)
     texts: list[str] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
@@ -173,23 +136,37 @@ def _convert(message: object, path: str) -> list[Message]:
         where = v.join(v.join(path, "content"), index)
         block = v.expect_mapping(block, where)
         if "toolUse" in block:
-            calls.append(_tool_call(block, where))
+            use = v.expect_mapping(block["toolUse"], v.join(where, "toolUse"))
+            arguments = use.get("input", {})
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
+            name = v.get_str(use, "name", v.join(where, "toolUse"))
+            calls.append(ToolCall(v.get_str(use, "toolUseId", v.join(where, "toolUse")), name, text))
         elif "toolResult" in block:
-            results.append(_tool_result(block, where))
+            where = v.join(where, "toolResult")
+            result = v.expect_mapping(block["toolResult"], where)
+            items = v.get_list(result, "content", where, default=[])
+            parts = [
+                _block_text(v.expect_mapping(x, v.join(v.join(where, "content"), i)))
+                for i, x in enumerate(items)
+            ]
+            meta = {"is_error": True} if result.get("status") == "error" else {}
+            results.append(
+                Message(TOOL, _join(parts), tool_call_id=v.get_str(result, "toolUseId", where), metadata=meta)
+            )
         else:
             texts.append(_block_text(block))
-    for found, allowed, what in ((calls, ASSISTANT, "toolUse"), (results, USER, "toolResult")):
+    for found, allowed, what, owner in (
+        (calls, ASSISTANT, "toolUse", "assistant"),
+        (results, USER, "toolResult", "user"),
+    ):
         if found and role != allowed:
-            owner = (
-                "only assistant messages call tools"
-                if what == "toolUse"
-                else "only user messages carry results"
+            carry = "call tools" if what == "toolUse" else "carry results"
+            raise InvalidStateError(
+                v.join(path, "content"), f"{what} in a {role!r} message; only {owner} messages {carry}"
             )
-            raise InvalidStateError(v.join(path, "content"), f"{what} in a {role!r} message; {owner}")
     if results:
-        text = _join(texts)
-        return [*results, Message(USER, text, id=ident)] if text else results
-    return [Message(role, _join(texts), id=ident, tool_calls=calls)]
+        return [*results, Message(USER, _join(texts), id=_tracking_id(data))] if _join(texts) else results
+    return [Message(role, _join(texts), id=_tracking_id(data), tool_calls=calls)]
 
 
 def to_rollmem(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
@@ -201,18 +178,14 @@ def to_rollmem(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     for an error status), followed by a user message with its other text if any; any other message
     one message of its role. ``id`` is the message's ``tracking_id``. Text is taken from text, json,
     reasoning, citation and guard blocks; images, documents and videos become a marker such as
-    ``[image: png]`` (their bytes are not passed on). Bad messages raise ``ValueError``/
-    ``TypeError`` naming ``messages[i]`` and the field.
+    ``[image: png]``. Bad messages raise ``ValueError``/``TypeError`` naming ``messages[i]``.
     """
-    result: list[Message] = []
-    for index, message in enumerate(messages):
-        result.extend(_convert(message, v.join("messages", index)))
-    return result
+    return [m for index, message in enumerate(messages) for m in _convert(message, v.join("messages", index))]
 
 
 def _unit_message(message: Mapping[str, Any], path: str) -> Message:
-    """The one rollmem message standing for a Strands message in the memory's buffer (its id the
-    tracking id): results are one tool message answering the first call, so they join its unit."""
+    """The one rollmem message standing for a Strands message in the buffer (its id the tracking
+    id): results are one tool message answering the first call, so they join its unit."""
     return unit_of(_convert(message, path), id=_tracking_id(message))
 
 
@@ -232,19 +205,16 @@ _SPEC = _Messages()
 
 def _is_user_turn(message: Mapping[str, Any]) -> bool:
     """A user message that is not tool results: a request may open with it."""
+    blocks = message.get("content", ())
     return message.get("role") == USER and not any(
-        isinstance(block, Mapping) and "toolResult" in block for block in message.get("content", ())
+        isinstance(b, Mapping) and "toolResult" in b for b in blocks
     )
 
 
 def _text_turn(text: str, kind: str) -> dict[str, Any]:
     """A user turn of this manager's own: ``metadata.custom["rollmem"]`` says which."""
-    return {
-        "role": USER,
-        "content": [{"text": text}],
-        "tracking_id": str(uuid.uuid4()),
-        "metadata": {"custom": {_MARK: kind}},
-    }
+    custom = {"custom": {_MARK: kind}}
+    return {"role": USER, "content": [{"text": text}], "tracking_id": str(uuid.uuid4()), "metadata": custom}
 
 
 class RollingConversationManager(Configured, ConversationManager):  # type: ignore[misc, unused-ignore]
@@ -252,22 +222,15 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
     messages verbatim within ``max_tokens`` by ``token_counter``.
 
     ``RollingConversationManager(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None)``: the budget, summarizer (a plain function, or a coroutine function) and
-    counter of :class:`~rollmem.RollingMemory`, checked the same way; ``target_tokens`` defaults to
+    target_tokens=None)``: the settings of :class:`~rollmem.RollingMemory`, checked the same way,
+    ``summarize_fn`` a plain function or a coroutine function; ``target_tokens`` defaults to
     :func:`rollmem.cached_target` ``(max_tokens)``. Before every model call (a
-    ``BeforeModelCallEvent`` hook) and after every invocation (:meth:`apply_management`) the
-    messages added since the last look are counted once each, and over budget the oldest whole
-    units are folded into the summary by one ``summarize_fn(summary, evicted)`` call (``evicted``
-    converted by :func:`to_rollmem`). A coroutine ``summarize_fn`` runs in the hook, on Strands'
-    own event loop; :meth:`apply_management` then only takes the new messages in.
-
-    The first message of ``agent.messages`` is always a user turn: once there is a summary, its
-    text (``SUMMARY_HEADER + summary``) is the first text block of the first user turn (the first
-    kept message when it is the user's, else a turn of its own; ``CONTINUATION_TEXT`` without a
-    summary). :meth:`reduce_context` folds older units first, then truncates the largest tool
-    result of the newest unit, then raises ``ContextWindowOverflowException``. :meth:`get_state`
-    holds the summary and the costs of what the last fold kept. If ``summarize_fn`` raises, the
-    error propagates from the agent call and nothing is folded or lost.
+    ``BeforeModelCallEvent`` hook) and after every invocation (:meth:`apply_management`) the new
+    messages are counted once each and the oldest whole units over budget folded by one
+    ``summarize_fn(summary, evicted)`` call (``evicted`` converted by :func:`to_rollmem`). A
+    coroutine ``summarize_fn`` runs in the hook, on Strands' own loop (:meth:`apply_management`
+    then only takes the messages in). The first message is always a user turn (the summary's
+    text opens it). If ``summarize_fn`` raises, the error propagates and nothing is lost.
     """
 
     def __init__(
@@ -297,8 +260,7 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
 
     @property
     def memory(self) -> Any:
-        """The memory behind the manager: ``summary``, ``buffer`` (one message per Strands
-        message), ``stats()``. Change the conversation through ``agent.messages``, not here."""
+        """The memory behind the manager (one message per Strands message), for ``stats()``."""
         return self._track.memory
 
     @property
@@ -306,72 +268,65 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         """The running summary (``""`` until the first fold)."""
         return str(self._track.memory.summary)
 
-    # -- the framework's interface ------------------------------------------------------------
-
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Strands' hooks, plus a ``BeforeModelCallEvent`` hook that manages before each model call."""
         super().register_hooks(registry, **kwargs)
-        hook = self._before_model_call_async if self._async else self._before_model_call
-        registry.add_callback(BeforeModelCallEvent, hook)
+        registry.add_callback(
+            BeforeModelCallEvent, self._before_async if self._async else self._before_model_call
+        )
 
     def _before_model_call(self, event: BeforeModelCallEvent) -> None:
         self.apply_management(event.agent)
 
-    async def _before_model_call_async(self, event: BeforeModelCallEvent) -> None:
-        agent = event.agent
-        history, new = self._sync(agent)
-        self._folded(await self._track.aadd(history, new))
+    async def _before_async(self, event: BeforeModelCallEvent) -> None:
+        history, new = self._sync(event.agent)
+        self._folded(len(await self._track.aadd(history, new)))
         if self._reduce:
-            self._reduce = False
-            memory = self._track.memory
-            self._folded_count(await memory.fold(self._keep_half()) or await memory.fold(1))
-        if self._dirty:
-            self._render(agent)
+            self._reduce, memory = False, self._track.memory
+            self._folded(await memory.fold(self._keep_half()) or await memory.fold(1))
+        self._render(event.agent)
 
     def apply_management(self, agent: Any, **kwargs: Any) -> None:
         """Count the messages added since the last call, fold what is over budget (with a
         coroutine ``summarize_fn``: at the next model call), and keep the first turn the user's."""
         history, new = self._sync(agent)
         if not self._async:
-            self._folded(self._track.add(history, new))
-        if self._dirty:
-            self._render(agent)
+            self._folded(len(self._track.add(history, new)))
+        self._render(agent)
 
     def reduce_context(self, agent: Any, e: Optional[Exception] = None, **kwargs: Any) -> None:
         """Reduce ``agent.messages`` after a context-window overflow (``e``) or when asked: fold
-        the older units until the newest messages hold at most half the tokens, else every unit
-        but the newest; when none is older, truncate the largest tool result of the newest unit
-        to half its tokens, ending it with :data:`TRUNCATION_NOTE`. With a coroutine
-        ``summarize_fn`` the fold is made before the retried model call. When nothing can be
-        reduced: raises ``ContextWindowOverflowException`` from ``e``, or returns unchanged."""
+        the older units until the newest hold at most half the tokens, else every unit but the
+        newest; when none is older, truncate the largest tool result of the newest unit to half
+        (ending with :data:`TRUNCATION_NOTE`). With a coroutine ``summarize_fn`` the fold is made
+        before the retried model call. Nothing to reduce: raises ``ContextWindowOverflowException``
+        from ``e``, or returns unchanged."""
         self.apply_management(agent)
-        older = len(self._track.units) > len(self._newest_unit())
-        if older and self._async:
+        units = self._track.units
+        newest = len(units) - 1
+        while newest > 0 and units[newest].tool_call_id is not None:
+            newest -= 1
+        if newest and self._async:
             self._reduce = True
             return
         memory = self._track.memory
-        reduced = older and self._folded_count(memory.fold(self._keep_half()) or memory.fold(1))
+        reduced = newest > 0 and self._folded(memory.fold(self._keep_half()) or memory.fold(1))
         reduced = reduced or self._truncate_largest()
-        if self._dirty:
-            self._render(agent)
+        self._render(agent)
         if not reduced and e is not None:
-            raise ContextWindowOverflowException(
-                "rollmem: nothing left to fold or truncate; the newest message alone overflows the context"
-            ) from e
+            message = "nothing left to fold or truncate; the newest message alone overflows the context"
+            raise ContextWindowOverflowException(f"rollmem: {message}") from e
 
     def get_state(self) -> dict[str, Any]:
         """Strands' state plus :data:`STATE_KEY`: rollmem's state (summary, counter identity, the
         costs of the messages the last fold kept), JSON-ready; it changes only at a fold."""
-        state: dict[str, Any] = super().get_state()
-        state[STATE_KEY] = self._state
-        return state
+        return {**super().get_state(), STATE_KEY: self._state}
 
     def restore_from_session(self, state: dict[str, Any]) -> Optional[list[Any]]:
         """Take a :meth:`get_state` output back (a session manager calls it when an agent is
         restored); returns the summary turn to put before the restored messages, or ``None``.
         Stored costs are used when the token counter has the identity they were measured with.
-        Bad state raises :class:`~rollmem.errors.InvalidStateError` naming the field, and nothing
-        changes."""
+        Bad state raises :class:`~rollmem.errors.InvalidStateError` naming the field; nothing changes."""
         name = state.get("__name__")
         if name != type(self).__name__:
             raise InvalidStateError("__name__", f"expected {type(self).__name__!r}, got {name!r}")
@@ -385,8 +340,6 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         self._head = _text_turn(SUMMARY_HEADER + stored.summary, "summary")
         return [self._head]
 
-    # -- keeping up with agent.messages ---------------------------------------------------------
-
     def _sync(self, agent: Any) -> tuple[list[Any], list[int]]:
         """The conversation as the track knows it (the original of a truncated copy, the first
         kept message for a head that stands for it), and the positions to add."""
@@ -395,7 +348,7 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         start = 1 if head is not None and messages and messages[0] is head else 0
         history = messages[start:]
         if self._copies:
-            originals = {id(copy): native for native, copy in self._copy_pairs()}
+            originals = {id(self._copies[id(n)]): n for n in track.natives if id(n) in self._copies}
             history = [originals.get(id(m), m) for m in history]
         if self._merged and start:
             history.insert(0, track.natives[0])
@@ -403,32 +356,20 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
             self._merged, self._dirty = False, True
         if self._stored is not None:
             stored, self._stored = self._stored, None
-            found, how = locate(stored, Keys(history, _SPEC.key))
-            trusted = found == 0 and how == "exact"
-            return history, track.restore(history, stored, 0, [], trusted)
+            found, _, how = locate(stored, Keys(history, _SPEC.key))
+            return history, track.restore(history, stored, 0, [], found == 0 and how == "exact")
         if track.follows(history):
             return history, track.new(history)
-        costs = dict(zip(map(id, track.natives), track.memory.costs()))
-        known = 0
-        while known < len(history) and id(history[known]) in costs:
-            known += 1
+        costs = dict(zip(map(id, track.natives), track.memory.costs()))  # keep what is still there
+        known = next((i for i, m in enumerate(history) if id(m) not in costs), len(history))
         stored = State(track.memory.summary)
         stored.costs, stored.counter = [costs[id(m)] for m in history[:known]], self._identity
         self._restart(stored.summary)
-        self._dirty = True
         return history, self._track.restore(history, stored, 0, [], True)
 
-    def _copy_pairs(self) -> list[tuple[Any, Any]]:
-        return [
-            (native, self._copies[id(native)]) for native in self._track.natives if id(native) in self._copies
-        ]
-
-    def _folded(self, folded: list[tuple[int, Any]]) -> None:
-        self._folded_count(len(folded))
-
-    def _folded_count(self, count: int) -> bool:
-        """Bookkeeping after ``count`` messages were folded (by an add or ``fold()``): they leave
-        ``agent.messages`` at the next render, so the kept ones are its messages from the start."""
+    def _folded(self, count: int) -> bool:
+        """Bookkeeping after ``count`` messages were folded: they leave ``agent.messages`` at the
+        next render, so the kept ones are its messages from the start."""
         if not count:
             return False
         track = self._track
@@ -442,74 +383,59 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         return True
 
     def _render(self, agent: Any) -> None:
-        """Rewrite ``agent.messages`` as the head turn (if any) and the kept messages."""
-        summary = self.summary
-        natives = self._track.natives
+        """When a fold or a change asks for it, rewrite ``agent.messages`` as the head turn (if
+        any) and the kept messages."""
+        if not self._dirty:
+            return
+        summary, natives = self.summary, self._track.natives
         shown = [self._copies.get(id(n), n) for n in natives] if self._copies else list(natives)
         head: Optional[dict[str, Any]] = None
-        merged = False
-        if shown and _is_user_turn(shown[0]):
-            if summary:
-                first = shown[0]
-                custom = {**first.get("metadata", {}).get("custom", {}), _MARK: "summary"}
-                head = {**first, "content": [{"text": SUMMARY_HEADER + summary}, *first["content"]]}
-                head["metadata"] = {**first.get("metadata", {}), "custom": custom}
-                merged = True
-        elif summary:
-            head = _text_turn(SUMMARY_HEADER + summary, "summary")
-        elif shown:
-            head = _text_turn(CONTINUATION_TEXT, "continuation")
+        merged = bool(shown and _is_user_turn(shown[0]) and summary)
+        if merged:
+            first = shown[0]
+            metadata = first.get("metadata", {})
+            head = {**first, "content": [{"text": SUMMARY_HEADER + summary}, *first["content"]]}
+            head["metadata"] = {**metadata, "custom": {**metadata.get("custom", {}), _MARK: "summary"}}
+        elif shown and _is_user_turn(shown[0]):
+            head = None
+        elif summary or shown:
+            head = (
+                _text_turn(SUMMARY_HEADER + summary, "summary")
+                if summary
+                else _text_turn(CONTINUATION_TEXT, "continuation")
+            )
         self._head, self._merged, self._dirty = head, merged, False
         agent.messages[:] = ([] if head is None else [head]) + shown[1 if merged else 0 :]
-
-    # -- overflow -------------------------------------------------------------------------------
-
-    def _newest_unit(self) -> list[Message]:
-        """The units of the newest unit (its assistant call message and results), as buffered."""
-        units = self._track.units
-        first = len(units) - 1
-        while first > 0 and units[first].tool_call_id is not None:
-            first -= 1
-        return units[first:]
 
     def _keep_half(self) -> int:
         """How many newest messages hold at most half the buffer's tokens (at least 1)."""
         costs = self._track.memory.costs()
-        half = sum(costs) // 2
-        kept = total = 0
+        kept, total, half = 0, 0, sum(costs) // 2
         while kept < len(costs) and total + costs[-1 - kept] <= half:
-            total += costs[-1 - kept]
-            kept += 1
+            total, kept = total + costs[-1 - kept], kept + 1
         return max(kept, 1)
 
     def _truncate_largest(self) -> bool:
         """Truncate the largest tool result still over :data:`_MIN_TRUNCATE` tokens to half."""
-        counter = self._count
         best: Optional[tuple[int, Any, int, str, str]] = None
         for native in self._track.natives:
             for position, block in enumerate(native.get("content", ())):
-                if not (isinstance(block, Mapping) and "toolResult" in block):
-                    continue
-                result = block["toolResult"]
-                call_id = str(result.get("toolUseId"))
-                text = _join([_block_text(item) for item in result.get("content", [])])
-                if call_id not in self._truncated:
-                    tokens = counter(text)
-                    self._truncated[call_id] = (tokens, tokens)
-                shown = self._truncated[call_id][1]
-                if shown > _MIN_TRUNCATE and (best is None or shown > best[0]):
-                    best = (shown, native, position, call_id, text)
+                if isinstance(block, Mapping) and "toolResult" in block:
+                    call_id = str(block["toolResult"].get("toolUseId"))
+                    text = _join([_block_text(item) for item in block["toolResult"].get("content", [])])
+                    if call_id not in self._truncated:
+                        self._truncated[call_id] = (self._count(text),) * 2
+                    shown = self._truncated[call_id][1]
+                    if shown > _MIN_TRUNCATE and (best is None or shown > best[0]):
+                        best = (shown, native, position, call_id, text)
         if best is None:
             return False
         shown, native, position, call_id, text = best
-        tokens = self._truncated[call_id][0]
-        allowed = shown // 2
+        tokens, allowed = self._truncated[call_id][0], shown // 2
         self._truncated[call_id] = (tokens, allowed)
+        result = {k: x for k, x in native["content"][position]["toolResult"].items() if k != "content"}
         note = TRUNCATION_NOTE.format(before=tokens, after=allowed)
-        result = {
-            key: value for key, value in native["content"][position]["toolResult"].items() if key != "content"
-        }
-        result["content"] = [{"text": _prefix(text, tokens, allowed, counter) + "\n" + note}]
+        result["content"] = [{"text": _prefix(text, tokens, allowed, self._count) + "\n" + note}]
         current = self._copies.get(id(native), native)
         content = list(current["content"])
         content[position] = {"toolResult": result}
