@@ -2,29 +2,20 @@
 
 Needs the ``langchain`` extra on Python 3.10+ (``pip install "rollmem[langchain]"``: ``langchain``,
 ``langgraph``, ``langchain-core``). Importing this module imports them, and raises
-:class:`~rollmem.errors.MissingExtraError` (an ``ImportError``) when one is missing. Projects on
-older ``langchain-core`` without agents keep
-:class:`rollmem.adapters.langchain.RollingChatMessageHistory`.
-
-:class:`RollingMemoryMiddleware` changes what the model sees, not what the graph stores: before
-each model call it folds the oldest unfolded messages into a running summary with the same rules
-as :class:`~rollmem.RollingMemory` (it drives one), and the model receives the system prompt, the
-summary, then the newest messages verbatim. The summary and the fold position live in the agent
-state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`), so any checkpointer persists them.
-
-:func:`langchain_summarizer` adapts a rollmem ``summarize_fn`` to LangChain's own
-``SummarizationMiddleware(summarizer=...)``.
+:class:`~rollmem.errors.MissingExtraError` when one is missing (older ``langchain-core`` projects keep
+:class:`rollmem.adapters.langchain.RollingChatMessageHistory`). :class:`RollingMemoryMiddleware`
+changes what the model sees, not what the graph stores; :func:`langchain_summarizer` adapts a
+rollmem ``summarize_fn`` to LangChain's own ``SummarizationMiddleware(summarizer=...)``.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import sys
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
 from .._extras import missing_extra
@@ -32,7 +23,7 @@ from ..adapters import for_provider
 from ..adapters.langchain import from_langchain
 from ..errors import InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
-from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
+from ..message import USER, Message
 from ._engine import (
     DEFAULT_MAX_TOKENS,
     Configured,
@@ -45,8 +36,6 @@ from ._engine import (
     locate,
     read_state,
 )
-
-_T = TypeVar("_T")
 
 _PACKAGES = {"langchain": "langchain", "langchain_core": "langchain-core", "langgraph": "langgraph"}
 
@@ -61,13 +50,11 @@ try:
         PrivateStateAttr,
     )
     from langchain_core.messages import (
-        AIMessage,
         AnyMessage,
         BaseMessage,
         HumanMessage,
         RemoveMessage,
         SystemMessage,
-        ToolMessage,
     )
     from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
     from langgraph.runtime import Runtime
@@ -154,19 +141,15 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
     """``create_agent`` middleware: the model sees a running summary plus the newest messages.
 
     ``RollingMemoryMiddleware(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None, pin=None, prune_folded=False, summary_message=None)``. Before each model
-    call the model receives the agent's system prompt (untouched, not counted), then
-    ``summary_message(summary)`` when the summary is non-empty, then the newest messages verbatim
-    (the state's own message objects) within ``max_tokens``. Older messages are folded into the
-    summary by one ``summarize_fn(summary, evicted)`` call (``evicted``: rollmem messages converted
-    with :func:`rollmem.adapters.langchain.from_langchain`), each message exactly once, with
-    :class:`~rollmem.RollingMemory`'s rules; messages for which ``pin(message)`` is true are never
-    folded. The summary and the fold position are agent state (:data:`SUMMARY_KEY`,
-    :data:`CURSOR_KEY`), written only at a fold, persisted by any checkpointer. ``prune_folded``
-    also removes folded messages from ``state["messages"]``. A coroutine ``summarize_fn`` needs
-    ``ainvoke``/``astream`` (sync ``invoke`` raises ``TypeError``). If ``summarize_fn`` raises, the
-    error propagates and the summary and fold position are unchanged. Each fold is a run
-    (``rollmem.fold``) in LangChain's callbacks, so it shows in LangSmith.
+    target_tokens=None, pin=None, prune_folded=False, summary_message=None)``: the settings of
+    :class:`~rollmem.RollingMemory`, checked the same way. The model receives the system prompt, then
+    ``summary_message(summary)``, then the newest messages verbatim (the state's own objects); older
+    ones are folded by one ``summarize_fn(summary, evicted)`` call (``evicted`` converted with
+    :func:`rollmem.adapters.langchain.from_langchain`), each once; ``pin(message)`` keeps one for
+    good. Summary and fold position are agent state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`),
+    written only at a fold; ``prune_folded`` also removes folded messages from the state. A
+    coroutine ``summarize_fn`` needs ``ainvoke``; a failing one changes no state. Each fold is a
+    ``rollmem.fold`` run in LangChain's callbacks (so it shows in LangSmith).
     """
 
     state_schema = RollingMemoryState
@@ -186,20 +169,17 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
         self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
         v.check_callable("pin", pin, optional=True)
         v.check_callable("summary_message", summary_message, optional=True)
-        v.check_bool("prune_folded", prune_folded)
-        self.pin = pin
-        self.prune_folded = prune_folded
-        self._summary_message = summary_message
-        self._spec = _Messages(pin)
-
-    # -- what the model sees ------------------------------------------------------------------
+        self.pin, self.prune_folded = pin, v.check_bool("prune_folded", prune_folded)
+        self._summary_message, self._spec = summary_message, _Messages(pin)
 
     def summary_message(self, summary: str) -> _AnyMessage:
         """The message that carries a non-empty summary: ``summary_message(summary)`` when given,
         else ``SystemMessage(summary)``."""
-        if self._summary_message is None:
-            return SystemMessage(content=summary)
-        message = self._summary_message(summary)
+        message = (
+            SystemMessage(content=summary)
+            if self._summary_message is None
+            else self._summary_message(summary)
+        )
         if not isinstance(message, BaseMessage):
             raise TypeError(f"summary_message returned {v.type_name(message)}; expected a BaseMessage")
         return message
@@ -207,34 +187,25 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
     def model_messages(self, request: _Request) -> list[_AnyMessage]:
         """The messages the model receives after the system prompt: the summary message, then the
         buffer (the original objects of ``request.messages``), as every provider accepts them
-        (:func:`~rollmem.adapters.for_provider`: a ``HumanMessage`` ``CONTINUATION_TEXT`` first
-        when the buffer opens with another turn, unpaired tool calls and results as text)."""
+        (:func:`~rollmem.adapters.for_provider`)."""
         state = cast("Mapping[str, Any]", request.state)
         messages = request.messages
         start, pinned, _ = locate(read_state(state.get(CURSOR_KEY), CURSOR_KEY), Keys(messages, _message_id))
-        view: list[_AnyMessage] = [messages[i] for i in pinned] + list(messages[start or 0 :])
-        summary = _state_summary(state)
-        if summary:
-            view.insert(0, self.summary_message(summary))
-        return _for_provider(view)
+        summary = v.get_str(state, SUMMARY_KEY, "", default="")
+        head = [self.summary_message(summary)] if summary else []
+        return _for_provider([*head, *(messages[i] for i in pinned), *messages[start or 0 :]])
 
     def wrap_model_call(
-        self,
-        request: _Request,
-        handler: Callable[[_Request], ModelResponse[Any]],
+        self, request: _Request, handler: Callable[[_Request], ModelResponse[Any]]
     ) -> ModelCallResult[Any]:
         """Call the model with :meth:`model_messages`."""
         return handler(request.override(messages=self.model_messages(request)))
 
     async def awrap_model_call(
-        self,
-        request: _Request,
-        handler: Callable[[_Request], Awaitable[ModelResponse[Any]]],
+        self, request: _Request, handler: Callable[[_Request], Awaitable[ModelResponse[Any]]]
     ) -> ModelCallResult[Any]:
         """:meth:`wrap_model_call` for ``ainvoke``."""
         return await handler(request.override(messages=self.model_messages(request)))
-
-    # -- folding ------------------------------------------------------------------------------
 
     def before_model(self, state: RollingMemoryState, runtime: _Runtime) -> Optional[dict[str, Any]]:
         """Count the messages added since the last model call, fold what the budget says; returns
@@ -246,83 +217,70 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
             )
         messages, track, new = self._begin(cast("Mapping[str, Any]", state), False)
         try:
-            folded = _renamed(track.add, messages, new)
+            folded = track.add(messages, new)
         finally:
-            self._keep(messages, track)
+            self._lives.put(_message_id(messages[0]), track)
         return self._finish(messages, track, folded)
 
     async def abefore_model(self, state: RollingMemoryState, runtime: _Runtime) -> Optional[dict[str, Any]]:
         """:meth:`before_model` with an async memory (``summarize_fn`` may be a coroutine function)."""
         messages, track, new = self._begin(cast("Mapping[str, Any]", state), True)
         try:
-            folded = await _arenamed(track.aadd, messages, new)
+            folded = await track.aadd(messages, new)
         finally:
-            self._keep(messages, track)
+            self._lives.put(_message_id(messages[0]), track)
         return self._finish(messages, track, folded)
 
     def _begin(
         self, state: Mapping[str, Any], asynchronous: bool
-    ) -> tuple[Sequence[BaseMessage], Track[BaseMessage], list[int]]:
-        """The thread's track (the live one when the state is the one it left, else rebuilt from
-        the state) and the positions of the messages to add."""
+    ) -> tuple[Any, Track[BaseMessage], list[int]]:
+        """The thread's track (the live one when the state is the one it left, else one rebuilt
+        from the state) and the positions of the messages to add, checked."""
         messages: Sequence[BaseMessage] = state["messages"]
-        cursor = state.get(CURSOR_KEY)
-        track = self._lives.take(_message_id(messages[0])) if messages else None
-        if (
+        cursor, summary = state.get(CURSOR_KEY), v.get_str(state, SUMMARY_KEY, "", default="")
+        track = self._lives.take(_message_id(messages[0]))
+        if not (
             track is not None
-            and track.written == cursor
-            and track.memory.summary == _state_summary(state)
+            and (track.written, track.memory.summary) == (cursor, summary)
             and isinstance(track.memory, AsyncRollingMemory) == asynchronous
             and track.follows(messages)
         ):
-            return messages, track, track.new(messages)
-        stored = read_state(cursor, CURSOR_KEY)
-        stored.summary = _state_summary(state)
-        start, pinned, how = locate(stored, Keys(messages, _message_id))
-        if how == "anchor":
-            logger.warning(
-                "RollingMemoryMiddleware: the first unfolded message %r is no longer in the state; the fold "
-                "position is re-anchored after %r, the message before it",
-                stored.first,
-                stored.recent[-1],
-            )
-        elif start is None:
-            logger.warning(
-                "RollingMemoryMiddleware: the first unfolded message %r is no longer in the state, nor the "
-                "message before it; starting over from the messages in the state, keeping the summary",
-                stored.first,
-            )
-        track = Track(self, self._spec, asynchronous)
-        track.written = cursor
-        new = track.restore(messages, stored, start or 0, pinned, how in ("exact", "first"))
+            stored = read_state(cursor, CURSOR_KEY)
+            stored.summary = summary
+            start, pinned, how = locate(stored, Keys(messages, _message_id))
+            gone = f"the first unfolded message {stored.first!r} is no longer in the state"
+            if how == "anchor":
+                after = stored.recent[-1]
+                logger.warning(
+                    "%s; the fold position is re-anchored after %r, the message before it", gone, after
+                )
+            elif start is None:
+                gone += ", nor the message before it; starting over from the messages in the state"
+                logger.warning("%s, keeping the summary", gone)
+            track = Track(self, self._spec, asynchronous)
+            track.written = cursor
+            track.restore(messages, stored, start or 0, pinned, how in ("exact", "first"))
+        new = track.new(messages)
+        try:  # checked here, so an error names its position in the state
+            self._spec.messages([messages[i] for i in new])
+        except InvalidStateError as error:
+            self._lives.put(_message_id(messages[0]), track)
+            raise _at_state_index(error, new) from error
         return messages, track, new
 
-    def _keep(self, messages: Sequence[BaseMessage], track: Track[BaseMessage]) -> None:
-        if messages:
-            self._lives.put(_message_id(messages[0]), track)
-
     def _finish(
-        self,
-        messages: Sequence[BaseMessage],
-        track: Track[BaseMessage],
-        folded: list[tuple[int, BaseMessage]],
+        self, messages: Any, track: Track[BaseMessage], folded: list[tuple[int, Any]]
     ) -> Optional[dict[str, Any]]:
         if not folded:
             return None
-        cursor = track.state(Keys(messages, _message_id))
-        update: dict[str, Any] = {SUMMARY_KEY: track.memory.summary, CURSOR_KEY: cursor}
-        if self.prune_folded:
+        track.written = track.state(Keys(messages, _message_id))
+        update: dict[str, Any] = {SUMMARY_KEY: track.memory.summary, CURSOR_KEY: track.written}
+        if self.prune_folded:  # the next call finds the fold position in what is left
+            gone = {position for position, _ in folded}
+            track.forget(gone)
+            kept = [message for i, message in enumerate(messages) if i not in gone]
+            update[CURSOR_KEY] = track.written = track.state(Keys(kept, _message_id))
             update["messages"] = [RemoveMessage(id=_message_id(native)) for _, native in folded]
-            track.forget(position for position, _ in folded)
-            kept = Keys(
-                [messages[i] for i in sorted(set(range(len(messages))) - {p for p, _ in folded})], _message_id
-            )
-            cursor = track.state(kept)
-            update[CURSOR_KEY] = cursor
-            self._lives.take(_message_id(messages[0]))
-            if kept.history:
-                self._lives.put(_message_id(kept.history[0]), track)
-        track.written = cursor
         return update
 
     def _fold_tracer(self) -> Optional[Tracer]:
@@ -345,83 +303,29 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
         return start
 
 
-def _state_summary(state: Mapping[str, Any]) -> str:
-    return v.get_str(state, SUMMARY_KEY, "", default="")
-
-
-def _renamed(add: Callable[..., _T], messages: Sequence[BaseMessage], new: list[int]) -> _T:
-    """``add(messages, new)``, an error naming ``messages[k]`` of the new ones renamed to its
-    position in the state."""
-    try:
-        return add(messages, new)
-    except InvalidStateError as error:
-        raise _at_state_index(error, new) from error
-
-
-async def _arenamed(add: Callable[..., Awaitable[_T]], messages: Sequence[BaseMessage], new: list[int]) -> _T:
-    try:
-        return await add(messages, new)
-    except InvalidStateError as error:
-        raise _at_state_index(error, new) from error
-
-
-def _outline(message: BaseMessage, position: int) -> Message:
-    """What :func:`~rollmem.adapters.for_provider` reads of a LangChain message (its id: its position)."""
-    text = str(message.text)
-    if isinstance(message, AIMessage):
-        calls = [*message.tool_calls, *message.invalid_tool_calls]
-        return Message(
-            ASSISTANT,
-            text,
-            id=str(position),
-            tool_calls=tuple(
-                ToolCall(str(call.get("id") or ""), str(call.get("name") or ""), _arguments(call.get("args")))
-                for call in calls
-            ),
-        )
-    if isinstance(message, ToolMessage):
-        error = {"is_error": True} if message.status == "error" else {}
-        return Message(TOOL, text, id=str(position), tool_call_id=message.tool_call_id, metadata=error)
-    role = (
-        SYSTEM
-        if isinstance(message, SystemMessage)
-        else USER
-        if isinstance(message, HumanMessage)
-        else "other"
-    )
-    return Message(role, text, id=str(position))
-
-
-def _arguments(args: object) -> str:
-    return args if isinstance(args, str) else json.dumps(args, separators=(",", ":"), ensure_ascii=False)
-
-
 def _for_provider(view: list[_AnyMessage]) -> list[_AnyMessage]:
     """``view`` under the provider rule, the original objects wherever the rule keeps a message."""
-    outline = [_outline(message, position) for position, message in enumerate(view)]
+    outline = [replace(m, id=str(position)) for position, m in enumerate(from_langchain(view))]
     fixed = for_provider(outline)
     if fixed is outline:
         return view
-    originals = {id(message): view[position] for position, message in enumerate(outline)}
     result: list[_AnyMessage] = []
     for message in fixed:
-        original = originals.get(id(message))
-        if original is not None:
-            result.append(original)
-        elif message.id is None:  # the opening user turn
+        source = None if message.id is None else view[int(message.id)]
+        if source is None:  # the opening user turn
             result.append(HumanMessage(content=message.content))
+        elif message is outline[int(str(message.id))]:
+            result.append(source)
         elif message.role == USER:  # a tool result sent as text
-            result.append(HumanMessage(content=message.content, id=view[int(message.id)].id))
+            result.append(HumanMessage(content=message.content, id=source.id))
         else:  # an assistant message whose unanswered calls are sent as text
-            source = cast("AIMessage", view[int(message.id)])
             kept = {call.id for call in message.tool_calls}
-            update = {
-                "content": message.content,
-                "tool_calls": [call for call in source.tool_calls if call.get("id") in kept],
-                "invalid_tool_calls": [call for call in source.invalid_tool_calls if call.get("id") in kept],
-            }
-            result.append(source.model_copy(update=update))
+            calls = {name: [c for c in getattr(source, name) if c.get("id") in kept] for name in _CALLS}
+            result.append(source.model_copy(update={"content": message.content, **calls}))
     return result
+
+
+_CALLS = ("tool_calls", "invalid_tool_calls")
 
 
 def _at_state_index(error: InvalidStateError, indices: list[int]) -> InvalidStateError:
@@ -438,59 +342,41 @@ def _at_state_index(error: InvalidStateError, indices: list[int]) -> InvalidStat
 
 
 def _split_summary(messages: Sequence[BaseMessage]) -> tuple[str, list[Message]]:
-    summaries = [
-        index
-        for index, message in enumerate(messages)
-        if isinstance(message, HumanMessage) and message.additional_kwargs.get("lc_source") == "summarization"
-    ]
-    if len(summaries) > 1:
+    marked = [i for i, m in enumerate(messages) if m.additional_kwargs.get("lc_source") == "summarization"]
+    marked = [i for i in marked if isinstance(messages[i], HumanMessage)]
+    if len(marked) > 1:
         raise InvalidStateError(
-            v.join("messages", summaries[1]), "a second summary message; expected at most one"
+            v.join("messages", marked[1]), "a second summary message; expected at most one"
         )
-    summary = ""
     rest = list(messages)
-    if summaries:
-        text = from_langchain([rest.pop(summaries[0])])[0].content
-        summary = text[len(_LC_SUMMARY_PREFIX) :] if text.startswith(_LC_SUMMARY_PREFIX) else text
-    return summary, from_langchain(rest)
+    text = from_langchain([rest.pop(marked[0])])[0].content if marked else ""
+    return text[len(_LC_SUMMARY_PREFIX) :] if text.startswith(_LC_SUMMARY_PREFIX) else text, from_langchain(
+        rest
+    )
 
 
 def langchain_summarizer(
     summarize_fn: Union[SummarizeFn, AsyncSummarizeFn],
 ) -> Union[Callable[[list[_AnyMessage]], str], Callable[[list[_AnyMessage]], Awaitable[str]]]:
-    """A ``summarizer`` for LangChain's ``SummarizationMiddleware`` that calls a rollmem
-    ``summarize_fn(summary, evicted)``.
-
-    ``SummarizationMiddleware`` hands its summarizer one message list: its previous summary (a
-    ``HumanMessage`` it marked ``additional_kwargs["lc_source"] == "summarization"``, text
-    ``"Here is a summary of the conversation to date:\\n\\n" + summary``) followed by the messages
-    it evicts. This splits that list back: ``summary`` is the previous summary's text without the
-    prefix (``""`` the first time), ``evicted`` the other messages converted with
-    :func:`rollmem.adapters.langchain.from_langchain`. A coroutine ``summarize_fn`` gives a
-    coroutine function (the agent then runs with ``ainvoke``).
-
-    ``SummarizationMiddleware`` takes a ``summarizer`` from langchain 1.5 on. Pass
-    ``trim_tokens_to_summarize=None`` to it: otherwise it trims the
-    list to its newest 4000 tokens first, and the trimmed messages (the previous summary among
-    them) never reach ``summarize_fn``. Unlike :class:`RollingMemoryMiddleware` it rewrites
-    ``state["messages"]`` (the summary message replaces what it folds) and applies its own
-    ``trigger``/``keep`` rules and token counter.
+    """A ``summarizer`` for LangChain's ``SummarizationMiddleware`` (langchain 1.5+) that calls a
+    rollmem ``summarize_fn(summary, evicted)``: the list it is handed (its previous summary, a
+    ``HumanMessage`` marked ``additional_kwargs["lc_source"] == "summarization"``, then the evicted
+    messages) is split back into the previous summary's text without LangChain's prefix and the
+    other messages converted with :func:`rollmem.adapters.langchain.from_langchain`. A coroutine
+    ``summarize_fn`` gives a coroutine function. Pass ``trim_tokens_to_summarize=None`` to the
+    middleware, or what it trims (the previous summary among it) never reaches ``summarize_fn``.
     """
     if not callable(summarize_fn):
         raise TypeError(f"summarize_fn: expected a callable, got {v.type_name(summarize_fn)}")
-    if inspect.iscoroutinefunction(summarize_fn):
-        async_fn = cast("AsyncSummarizeFn", summarize_fn)
+    fn: Any = summarize_fn
 
-        async def asummarize(messages: list[_AnyMessage]) -> str:
-            summary, evicted = _split_summary(messages)
-            return await async_fn(summary, evicted)
+    def summarize(messages: list[_AnyMessage]) -> Any:
+        return fn(*_split_summary(messages))
 
-        return asummarize
+    if not inspect.iscoroutinefunction(fn):
+        return cast("Callable[[list[_AnyMessage]], str]", summarize)
 
-    sync_fn = cast("SummarizeFn", summarize_fn)
+    async def asummarize(messages: list[_AnyMessage]) -> str:
+        return await summarize(messages)  # type: ignore[no-any-return]
 
-    def summarize(messages: list[_AnyMessage]) -> str:
-        summary, evicted = _split_summary(messages)
-        return sync_fn(summary, evicted)
-
-    return summarize
+    return asummarize

@@ -1,21 +1,17 @@
 """A rolling summary for pydantic-ai agents: a history processor backed by rollmem's budget rules.
 
 Needs the ``pydantic-ai`` extra (``pip install "rollmem[pydantic-ai]"``: ``pydantic-ai-slim`` 2.x,
-Python 3.10+; checked with 2.68, 2.0.0, 1.107.10 and 1.0.0). Importing this module does not import
-``pydantic_ai``; building a processor does, and raises :class:`~rollmem.errors.MissingExtraError`
-when it is not installed. Use::
+Python 3.10+; checked with 2.68, 2.0.0, 1.107.10 and 1.0.0). Building a processor imports it, and
+raises :class:`~rollmem.errors.MissingExtraError` when it is missing. Use::
 
     processor = rolling_history(max_tokens=2000, summarize_fn=summarize)
     agent = Agent(model, capabilities=[ProcessHistory(processor)])   # pydantic-ai 2.x
     agent = Agent(model, history_processors=[processor])              # pydantic-ai 1.x
 
-Before every model request the model receives the system prompt parts the history opens with,
-then the running summary (a marked ``CompactionPart``, or a marked ``SystemPromptPart`` where a
-request cannot carry one), then the newest messages within ``max_tokens``, by
-:class:`~rollmem.AsyncRollingMemory`'s rules over the history's messages (a ``ModelResponse`` with
-its tool calls and the ``ModelRequest`` with their results are one unit). The state is a rollmem
-session in ``store`` (:class:`~rollmem.sessions.AsyncSessions`), one per conversation. The docs
-page states the conversion and every rule.
+The model receives the history's standing system prompt, the running summary (a marked
+``CompactionPart``, or a marked ``SystemPromptPart`` where a request cannot carry one), then the
+newest messages within ``max_tokens``; the state is a rollmem session per conversation in
+``store``. The docs page states the conversion and every rule.
 """
 
 from __future__ import annotations
@@ -49,7 +45,6 @@ _MARKER = "rollmem"  # key of our summary part's metadata: {"rollmem": {"summary
 _SYSTEM_MARKER = "rollmem.summary:"  # SystemPromptPart.dynamic_ref prefix where CompactionPart is absent
 _SUMMARY_TIMESTAMP = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)  # that part's timestamp
 _OPENING_TEXTS = (CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN)
-_MAX_RETRIES = 10
 # Request parts with no text of their own: they travel with their message, uncounted.
 _QUIET_REQUEST_PARTS = frozenset(
     (
@@ -253,13 +248,12 @@ class _Read:
 
 class _Track:
     """What a call left for the next one of its conversation: the history it was passed, the one
-    it returned, and the natives the memory kept (``ids``: their units' ids, in buffer order)."""
+    it returned, and the natives the memory kept, in buffer order."""
 
-    __slots__ = ("ids", "kept", "output", "passed", "summary")
+    __slots__ = ("kept", "output", "passed", "summary")
 
     def __init__(self, passed: list[Any], output: list[Any], kept: list[_Native], summary: str) -> None:
         self.passed, self.output, self.kept, self.summary = passed, output, kept, summary
-        self.ids = [n.unit.id for n in kept]
 
     def known(self, messages: list[Any]) -> Optional[int]:
         """How many leading ``messages`` are the history passed or returned last time."""
@@ -271,14 +265,10 @@ class _Track:
 
 
 class RollingHistory(Configured):
-    """A pydantic-ai history processor keeping a rolling summary plus the newest messages.
-
-    Build it with :func:`rolling_history`; pass it to ``ProcessHistory`` (pydantic-ai 2.x) or
-    ``history_processors`` (1.x). ``await processor(ctx, messages)`` (``ctx``: the ``RunContext``,
-    or ``None``) returns the history the model should receive. One processor serves many agents
-    and conversations at once; a conversation is keyed by ``RunContext.conversation_id``, else by
-    the key in our summary part, else by its opening message.
-    """
+    """A pydantic-ai history processor (built by :func:`rolling_history`): ``await processor(ctx,
+    messages)`` (``ctx``: the ``RunContext`` or ``None``) returns the history the model should
+    receive. It serves many conversations, keyed by ``RunContext.conversation_id``, else by the key
+    in our summary part, else by the conversation's opening message."""
 
     def __init__(
         self,
@@ -294,9 +284,7 @@ class RollingHistory(Configured):
         self._store: Union[LogStore, AsyncLogStore, Store, AsyncStore] = (
             MemoryStore() if store is None else store
         )
-        self._sessions: AsyncSessions[Any] = AsyncSessions(
-            self._store, self._memory, max_retries=_MAX_RETRIES
-        )
+        self._sessions: AsyncSessions[Any] = AsyncSessions(self._store, self._memory, max_retries=10)
         self._tracks: Lives[_Track] = Lives(64)  # by conversation key
         self._firsts: Lives[str] = Lives(128)  # id() of a remembered history's first message -> its key
 
@@ -311,9 +299,7 @@ class RollingHistory(Configured):
     def _resolve(self, evicted: Sequence[Message]) -> list[Message]:
         """The evicted units' messages as the history holds them now (an edit included)."""
         natives = _CURRENT.get()
-        return [
-            m for unit in evicted for m in _messages(self._pai, natives[str(unit.id)].message, unit.pinned)
-        ]
+        return [m for u in evicted for m in _messages(self._pai, natives[str(u.id)].message, u.pinned)]
 
     async def __call__(self, ctx: Any, messages: list[Any]) -> list[Any]:
         """The history for the next model request: the summary, then the newest messages in budget."""
@@ -417,20 +403,13 @@ async def _walk(memory: Any, read: _Read) -> tuple[str, list[Optional[str]], boo
     if not memory.buffer and not memory.summary and read.summaries:
         memory.summary = read.summaries[-1]  # a restart without a store: continue our summary
     stored = {m.id: m for m in memory.buffer}
-    natives = read.natives
-    present = {n.unit.id for n in natives}
-    missing = 0  # the oldest stored messages the history does not hold as they were
-    for message in memory.buffer:
-        if message.pinned:
-            continue
-        if message.id in present:
-            break
-        missing += 1
+    natives, present = read.natives, {n.unit.id for n in read.natives}
+    unpinned = [m.id for m in memory.buffer if not m.pinned]
+    missing = next((i for i, ident in enumerate(unpinned) if ident in present), len(unpinned))  # edited ones
     start = next(
         (i for i, n in enumerate(natives) if n.unit.id in stored and not n.unit.pinned), len(natives)
     )
-    if start == len(natives) and not any(not m.pinned for m in memory.buffer):
-        start = 0
+    start = 0 if not unpinned else start
     while (
         missing and start and natives[start - 1].unit.id not in stored and not natives[start - 1].unit.pinned
     ):
@@ -451,16 +430,14 @@ def _insert_summary(pai: Any, history: list[Any], part: Any) -> None:
     """Put the summary part first, after the system prompt parts the first request opens with (the
     run's standing system prompt, which pydantic-ai recognises by that position)."""
     first: Any = history[0] if history else None
-    if getattr(first, "kind", None) == "request":
-        parts = list(first.parts)
-        count = 0
-        while count < len(parts) and getattr(parts[count], "part_kind", None) == "system-prompt":
-            count += 1
-        if count:
-            parts.insert(count, part)
-            history[0] = dataclasses.replace(first, parts=parts)
-            return
-    history.insert(0, pai.ModelRequest(parts=[part]))
+    parts = list(first.parts) if getattr(first, "kind", None) == "request" else []
+    count = next(
+        (i for i, p in enumerate(parts) if getattr(p, "part_kind", None) != "system-prompt"), len(parts)
+    )
+    if count:
+        history[0] = dataclasses.replace(first, parts=[*parts[:count], part, *parts[count:]])
+    else:
+        history.insert(0, pai.ModelRequest(parts=[part]))
 
 
 def _user_first(pai: Any, history: list[Any]) -> list[Any]:
@@ -498,11 +475,9 @@ def rolling_history(
     ``max_tokens`` (evicting down to ``target_tokens``, default :func:`rollmem.cached_target`
     ``(max_tokens)``).
 
-    ``summarize_fn(summary, evicted)`` may be sync or a coroutine function and receives rollmem
-    :class:`~rollmem.Message` objects; without one, evicted messages are dropped. ``token_counter``
-    counts a text (default: whitespace-separated words). ``store`` keeps the per-conversation
-    state (default: a new in-process :class:`~rollmem.stores.MemoryStore`). Bad arguments raise
-    ``TypeError``/``ValueError`` at once; a missing pydantic-ai raises
-    :class:`~rollmem.errors.MissingExtraError`.
+    ``summarize_fn(summary, evicted)`` (sync or a coroutine function) receives rollmem messages;
+    without one, evicted messages are dropped. ``token_counter`` counts a text (default: words).
+    ``store`` keeps the per-conversation state (default: a new in-process
+    :class:`~rollmem.stores.MemoryStore`). Bad arguments raise ``TypeError``/``ValueError`` at once.
     """
     return RollingHistory(max_tokens, summarize_fn, token_counter, target_tokens, store)
