@@ -1,16 +1,12 @@
 """The engine every framework integration runs on (private to :mod:`rollmem.integrations`).
 
-A framework keeps a conversation as a list of its own message objects (*natives*). An integration
-gives each native one rollmem *unit* message, so the core's rules (budget, target, units, pins,
-alignment) decide what folds; this module does the rest once for all of them: the defaults
-(:func:`new_memory`), a live :class:`Track` per conversation (kept in a :class:`Lives` LRU: a call
-on a history that only grew converts and counts only the new natives; one replaced by another
-object is compared, and converted and counted again when it changed), what folds is converted
-afresh from the natives the framework holds *now* (an edit the application made reaches the
-summarizer, never the old text), one compact state (:meth:`Track.state`, :func:`read_state`:
-summary, fold position, pinned natives, the costs of what the last fold kept) that changes only at
-a fold, one cost-trust rule (costs are reused only under the same counter identity), pending calls
-pinned until their result arrives, and fold tracing for frameworks with tracing of their own.
+An integration gives each of its framework's message objects (*natives*) one rollmem *unit*, so the
+core's rules decide what folds; this module does the rest once: the defaults (:func:`new_memory`),
+a live :class:`Track` per conversation (new natives converted and counted once; a replaced one
+compared, and counted again when it changed), what folds converted afresh from the natives the
+framework holds now (an edit never reaches the summarizer as the old text), one compact state
+written at folds (:meth:`Track.state`), one cost-trust rule (the counter's identity), pending calls
+pinned until answered, and fold tracing for frameworks with tracing of their own.
 """
 
 from __future__ import annotations
@@ -55,13 +51,7 @@ class Configured:
     summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]]
     token_counter: Optional[TokenCounter]
 
-    def _configure(
-        self,
-        max_tokens: int,
-        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]],
-        token_counter: Optional[TokenCounter],
-        target_tokens: Optional[int],
-    ) -> None:
+    def _configure(self, max_tokens: int, summarize_fn: Any, token_counter: Any, target_tokens: Any) -> None:
         AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)
         self.max_tokens, self.summarize_fn, self.token_counter = max_tokens, summarize_fn, token_counter
         self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
@@ -81,13 +71,8 @@ def new_memory(owner: Configured, summarize_fn: Any, on_evict: Any = None, *, as
     """The memory an integration folds with: over ``owner.max_tokens`` (by ``owner.token_counter``)
     it folds down to ``owner.target_tokens``. Every integration's fold rule is chosen here."""
     kind = AsyncRollingMemory if asynchronous else RollingMemory
-    return kind(
-        owner.max_tokens,
-        summarize_fn,
-        owner.token_counter,
-        target_tokens=owner.target_tokens,
-        on_evict=on_evict,
-    )
+    settings = {"target_tokens": owner.target_tokens, "on_evict": on_evict}
+    return kind(owner.max_tokens, summarize_fn, owner.token_counter, **settings)
 
 
 def is_async(fn: object) -> bool:

@@ -1,17 +1,9 @@
-"""A rolling summary for pydantic-ai agents: a history processor backed by rollmem's budget rules.
+"""A rolling summary for pydantic-ai agents: a history processor, :func:`rolling_history`.
 
-Needs the ``pydantic-ai`` extra (``pip install "rollmem[pydantic-ai]"``: ``pydantic-ai-slim`` 2.x,
-Python 3.10+; checked with 2.68, 2.0.0, 1.107.10 and 1.0.0). Building a processor imports it, and
-raises :class:`~rollmem.errors.MissingExtraError` when it is missing. Use::
-
-    processor = rolling_history(max_tokens=2000, summarize_fn=summarize)
-    agent = Agent(model, capabilities=[ProcessHistory(processor)])   # pydantic-ai 2.x
-    agent = Agent(model, history_processors=[processor])              # pydantic-ai 1.x
-
-The model receives the history's standing system prompt, the running summary (a marked
-``CompactionPart``, or a marked ``SystemPromptPart`` where a request cannot carry one), then the
-newest messages within ``max_tokens``; the state is a rollmem session per conversation in
-``store``. The docs page states the conversion and every rule.
+Needs the ``pydantic-ai`` extra (``pip install "rollmem[pydantic-ai]"``, Python 3.10+; checked with
+``pydantic-ai-slim`` 2.68, 2.0.0, 1.107.10, 1.0.0); building a processor imports it, and raises
+:class:`~rollmem.errors.MissingExtraError` when it is missing. Pass it to ``ProcessHistory``
+(pydantic-ai 2.x) or ``history_processors`` (1.x).
 """
 
 from __future__ import annotations
@@ -47,15 +39,8 @@ _SUMMARY_TIMESTAMP = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
 _OPENING_TEXTS = (CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN)
 # Request parts with no text of their own: they travel with their message, uncounted.
 _QUIET_REQUEST_PARTS = frozenset(
-    (
-        "instruction",
-        "instruction-delta",
-        "instruction-baseline",
-        "instruction-digest",
-        "tool-availability-delta",
-        "capability-load-delta",
-        "model-settings-delta",
-    )
+    "instruction instruction-delta instruction-baseline instruction-digest tool-availability-delta "
+    "capability-load-delta model-settings-delta".split()
 )
 _NOT_A_TURN = frozenset({"system-prompt", "compaction", *_QUIET_REQUEST_PARTS})
 _CURRENT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("rollmem_pydantic_ai_natives")

@@ -1,12 +1,7 @@
 """Strands Agents: a rolling memory as the agent's ``ConversationManager``.
 
-Needs the ``strands`` extra on Python 3.10+ (``pip install "rollmem[strands]"``: ``strands-agents``).
-Importing this module imports Strands, and raises :class:`~rollmem.errors.MissingExtraError` (an
-``ImportError``) when it is missing; ``import rollmem`` never imports it.
-
-:class:`RollingConversationManager` keeps ``agent.messages`` as a summary turn plus the newest
-messages verbatim within a token budget: whole units (an assistant ``toolUse`` message with the user
-message holding its ``toolResult`` blocks) leave oldest first, folded by one ``summarize_fn`` call.
+Needs the ``strands`` extra on Python 3.10+ (``pip install "rollmem[strands]"``); importing this
+module imports Strands, and raises :class:`~rollmem.errors.MissingExtraError` when it is missing.
 """
 
 from __future__ import annotations
@@ -78,11 +73,9 @@ _MIN_TRUNCATE = 16  # a tool result of at most this many tokens is not truncated
 
 
 def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
-    """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary where the
-    manager puts it, as the first text of the first user turn (``SUMMARY_HEADER + summary``, then
-    the first evicted message's text when that message is a user turn, joined by a newline as
-    :func:`to_rollmem` reads a turn of several texts; else a user turn of its own), then the other
-    evicted messages, so the summarizer's request opens as the agent's last request did."""
+    """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary as the manager
+    puts it (the first text of the first user turn), then the evicted messages, so the
+    summarizer's request opens as the agent's last request did."""
     if not summary:
         return list(evicted)
     text = SUMMARY_HEADER + summary
@@ -170,22 +163,15 @@ def _convert(message: object, path: str) -> list[Message]:
 
 
 def to_rollmem(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """Strands messages as rollmem :class:`~rollmem.Message` objects, as ``summarize_fn`` receives them.
-
-    An assistant message becomes one assistant message (its text, each ``toolUse`` a
-    :class:`~rollmem.ToolCall` with the input as JSON); a user message with ``toolResult`` blocks
-    becomes one tool message per result (``tool_call_id`` = ``toolUseId``, ``metadata["is_error"]``
-    for an error status), followed by a user message with its other text if any; any other message
-    one message of its role. ``id`` is the message's ``tracking_id``. Text is taken from text, json,
-    reasoning, citation and guard blocks; images, documents and videos become a marker such as
-    ``[image: png]``. Bad messages raise ``ValueError``/``TypeError`` naming ``messages[i]``.
-    """
+    """Strands messages as rollmem messages, as ``summarize_fn`` receives them: an assistant message
+    with its ``toolUse`` s as tool calls, one tool message per ``toolResult`` (then the user's other
+    text), ``id`` the ``tracking_id``; media as markers (``[image: png]``). Bad messages raise
+    ``ValueError``/``TypeError`` naming ``messages[i]`` (the docs page details the conversion)."""
     return [m for index, message in enumerate(messages) for m in _convert(message, v.join("messages", index))]
 
 
 def _unit_message(message: Mapping[str, Any], path: str) -> Message:
-    """The one rollmem message standing for a Strands message in the buffer (its id the tracking
-    id): results are one tool message answering the first call, so they join its unit."""
+    """The unit of a Strands message (its id the tracking id)."""
     return unit_of(_convert(message, path), id=_tracking_id(message))
 
 
@@ -219,18 +205,11 @@ def _text_turn(text: str, kind: str) -> dict[str, Any]:
 
 class RollingConversationManager(Configured, ConversationManager):  # type: ignore[misc, unused-ignore]
     """A Strands ``ConversationManager``: ``agent.messages`` holds a summary turn, then the newest
-    messages verbatim within ``max_tokens`` by ``token_counter``.
-
-    ``RollingConversationManager(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None)``: the settings of :class:`~rollmem.RollingMemory`, checked the same way,
-    ``summarize_fn`` a plain function or a coroutine function; ``target_tokens`` defaults to
-    :func:`rollmem.cached_target` ``(max_tokens)``. Before every model call (a
-    ``BeforeModelCallEvent`` hook) and after every invocation (:meth:`apply_management`) the new
-    messages are counted once each and the oldest whole units over budget folded by one
-    ``summarize_fn(summary, evicted)`` call (``evicted`` converted by :func:`to_rollmem`). A
-    coroutine ``summarize_fn`` runs in the hook, on Strands' own loop (:meth:`apply_management`
-    then only takes the messages in). The first message is always a user turn (the summary's
-    text opens it). If ``summarize_fn`` raises, the error propagates and nothing is lost.
+    messages verbatim within ``max_tokens``; the oldest whole units (a ``toolUse`` message with the
+    message of its results) are folded by one ``summarize_fn(summary, evicted)`` call, before every
+    model call and after every invocation. The settings are :class:`~rollmem.RollingMemory`'s
+    (``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``); a coroutine
+    ``summarize_fn`` runs in the hook, on Strands' loop. A failing one propagates; nothing is lost.
     """
 
     def __init__(
@@ -287,20 +266,17 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         self._render(event.agent)
 
     def apply_management(self, agent: Any, **kwargs: Any) -> None:
-        """Count the messages added since the last call, fold what is over budget (with a
-        coroutine ``summarize_fn``: at the next model call), and keep the first turn the user's."""
+        """Take in the new messages and fold what is over budget (a coroutine ``summarize_fn``:
+        at the next model call)."""
         history, new = self._sync(agent)
         if not self._async:
             self._folded(len(self._track.add(history, new)))
         self._render(agent)
 
     def reduce_context(self, agent: Any, e: Optional[Exception] = None, **kwargs: Any) -> None:
-        """Reduce ``agent.messages`` after a context-window overflow (``e``) or when asked: fold
-        the older units until the newest hold at most half the tokens, else every unit but the
-        newest; when none is older, truncate the largest tool result of the newest unit to half
-        (ending with :data:`TRUNCATION_NOTE`). With a coroutine ``summarize_fn`` the fold is made
-        before the retried model call. Nothing to reduce: raises ``ContextWindowOverflowException``
-        from ``e``, or returns unchanged."""
+        """After a context-window overflow (``e``): fold older units (down to half the tokens, else
+        all but the newest unit), else truncate the newest unit's largest tool result to half (see
+        :data:`TRUNCATION_NOTE`), else raise ``ContextWindowOverflowException`` from ``e``."""
         self.apply_management(agent)
         units = self._track.units
         newest = len(units) - 1
@@ -318,15 +294,12 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
             raise ContextWindowOverflowException(f"rollmem: {message}") from e
 
     def get_state(self) -> dict[str, Any]:
-        """Strands' state plus :data:`STATE_KEY`: rollmem's state (summary, counter identity, the
-        costs of the messages the last fold kept), JSON-ready; it changes only at a fold."""
+        """Strands' state plus rollmem's under :data:`STATE_KEY` (it changes only at a fold)."""
         return {**super().get_state(), STATE_KEY: self._state}
 
     def restore_from_session(self, state: dict[str, Any]) -> Optional[list[Any]]:
-        """Take a :meth:`get_state` output back (a session manager calls it when an agent is
-        restored); returns the summary turn to put before the restored messages, or ``None``.
-        Stored costs are used when the token counter has the identity they were measured with.
-        Bad state raises :class:`~rollmem.errors.InvalidStateError` naming the field; nothing changes."""
+        """Take a :meth:`get_state` output back; returns the summary turn to put before the restored
+        messages (or ``None``). Bad state raises :class:`~rollmem.errors.InvalidStateError`."""
         name = state.get("__name__")
         if name != type(self).__name__:
             raise InvalidStateError("__name__", f"expected {type(self).__name__!r}, got {name!r}")
@@ -341,8 +314,8 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         return [self._head]
 
     def _sync(self, agent: Any) -> tuple[list[Any], list[int]]:
-        """The conversation as the track knows it (the original of a truncated copy, the first
-        kept message for a head that stands for it), and the positions to add."""
+        """The conversation as the track knows it (originals of truncated copies, the first kept
+        message for a head that stands for it), and the positions to add."""
         messages: list[Any] = agent.messages
         head, track = self._head, self._track
         start = 1 if head is not None and messages and messages[0] is head else 0
@@ -368,8 +341,7 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         return history, self._track.restore(history, stored, 0, [], True)
 
     def _folded(self, count: int) -> bool:
-        """Bookkeeping after ``count`` messages were folded: they leave ``agent.messages`` at the
-        next render, so the kept ones are its messages from the start."""
+        """After ``count`` messages folded: they leave ``agent.messages`` at the next render."""
         if not count:
             return False
         track = self._track
@@ -383,8 +355,7 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         return True
 
     def _render(self, agent: Any) -> None:
-        """When a fold or a change asks for it, rewrite ``agent.messages`` as the head turn (if
-        any) and the kept messages."""
+        """Rewrite ``agent.messages`` (when needed) as the head turn, if any, and the kept messages."""
         if not self._dirty:
             return
         summary, natives = self.summary, self._track.natives
