@@ -278,7 +278,9 @@ async def test_without_the_provider_it_warns_keeps_the_state_in_the_object_and_r
     rolling = RollingCompaction(30, recorder)
     agent = Agent(ScriptedClient(), tools=[weather, local_time], compaction_strategy=rolling)
     session = agent.create_session()
-    with pytest.warns(UserWarning, match=r"without being in context_providers=: .* Pass it in context_providers="):
+    with pytest.warns(
+        UserWarning, match=r"without being in context_providers=: .* Pass it in context_provid"
+    ):
         await agent.run("question 0 about the weather in town", session=session)
     for turn in range(1, 3):  # once per object
         await agent.run(f"question {turn} about the weather in town", session=session)

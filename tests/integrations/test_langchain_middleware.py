@@ -780,12 +780,12 @@ def test_each_fold_is_a_run_in_langchains_callbacks(
     for started, ended, (_, evicted), summary in zip(
         runs.started, runs.ended, recorder.calls, recorder.results
     ):
-        assert started["rollmem.messages_evicted"] == len(evicted)
-        assert started["rollmem.tokens_before"] > started["rollmem.tokens_after"] >= 0
-        assert started["rollmem.tokens_before"] - started["rollmem.tokens_after"] == sum(
+        assert started["rollmem.fold.messages"] == len(evicted)
+        assert started["rollmem.fold.tokens_before"] > started["rollmem.fold.tokens_after"] >= 0
+        assert started["rollmem.fold.tokens_before"] - started["rollmem.fold.tokens_after"] == sum(
             word_counter(m.token_text()) for m in evicted
         )
-        assert ended["rollmem.summary_tokens"] == word_counter(summary or "")
+        assert ended["rollmem.fold.summary_tokens"] == word_counter(summary or "")
         assert all(isinstance(value, int) for value in {**started, **ended}.values())
     recorder.fail = True
     with pytest.raises(RuntimeError, match="summarizer down"):

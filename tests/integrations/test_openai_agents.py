@@ -831,11 +831,11 @@ def test_each_fold_is_a_span_in_the_sdks_trace(spans: Spans) -> None:
         data = span.span_data.data
         assert span.trace_id in traces
         assert span.parent_id is not None  # inside the run's spans
-        assert data["rollmem.messages_evicted"] == len(evicted)
-        assert data["rollmem.tokens_before"] - data["rollmem.tokens_after"] == sum(
+        assert data["rollmem.fold.messages"] == len(evicted)
+        assert data["rollmem.fold.tokens_before"] - data["rollmem.fold.tokens_after"] == sum(
             counter_words(m.token_text()) for m in evicted
         )
-        assert data["rollmem.summary_tokens"] == counter_words(result)
+        assert data["rollmem.fold.summary_tokens"] == counter_words(result)
         assert all(isinstance(value, int) for value in data.values())
         assert span.error is None
 

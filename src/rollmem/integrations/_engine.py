@@ -37,9 +37,9 @@ DEFAULT_MAX_TOKENS = 2000
 
 Finish = Callable[[dict[str, int], Optional[BaseException]], None]
 Tracer = Callable[[dict[str, int]], Finish]
-"""``tracer(attributes)`` starts a fold's span (``rollmem.messages_evicted``,
-``rollmem.tokens_before``, ``rollmem.tokens_after``) and returns ``finish(attributes, error)``
-(``rollmem.summary_tokens``; ``error`` when the summarizer raised)."""
+"""``tracer(attributes)`` starts a fold's span (``rollmem.fold.messages``,
+``rollmem.fold.tokens_before``, ``rollmem.fold.tokens_after``) and returns ``finish(attributes, error)``
+(``rollmem.fold.summary_tokens``; ``error`` when the summarizer raised)."""
 
 
 class Configured:
@@ -107,7 +107,9 @@ def summarizer(owner: Configured, resolve: Callable[[Sequence[Message]], list[Me
 
     def done(finish: Optional[Finish], result: object, error: Optional[BaseException]) -> None:
         if finish is not None:
-            finish({"rollmem.summary_tokens": owner._count(result) if isinstance(result, str) else 0}, error)
+            finish(
+                {"rollmem.fold.summary_tokens": owner._count(result) if isinstance(result, str) else 0}, error
+            )
 
     async def finished(finish: Optional[Finish], pending: Awaitable[str]) -> str:
         try:
@@ -127,9 +129,9 @@ def summarizer(owner: Configured, resolve: Callable[[Sequence[Message]], list[Me
             gone = sum(costs.get(id(m), 0) for m in evicted)
             finish = tracer(
                 {
-                    "rollmem.messages_evicted": len(evicted),
-                    "rollmem.tokens_before": before,
-                    "rollmem.tokens_after": before - gone,
+                    "rollmem.fold.messages": len(evicted),
+                    "rollmem.fold.tokens_before": before,
+                    "rollmem.fold.tokens_after": before - gone,
                 }
             )
         try:

@@ -1,18 +1,11 @@
 """Microsoft Agent Framework: a rolling summary as a ``CompactionStrategy``.
 
-Needs the ``agent-framework`` extra on Python 3.10+ (``pip install "rollmem[agent-framework]"``:
-``agent-framework-core``; checked with 1.23). Building a :class:`RollingCompaction` imports it, and
+Needs the ``agent-framework`` extra on Python 3.10+ (``pip install "rollmem[agent-framework]"``;
+checked with ``agent-framework-core`` 1.23); building a :class:`RollingCompaction` imports it, and
 raises :class:`~rollmem.errors.MissingExtraError` when it is missing. Use one object in two places::
 
     rolling = RollingCompaction(max_tokens=2000, summarize_fn=summarize)
     agent = Agent(client, tools=[...], compaction_strategy=rolling, context_providers=[rolling])
-
-As the compaction strategy it folds the oldest messages before every model call (an assistant
-message with ``function_call`` s and the messages holding their results are one unit) and the
-request is: the system messages it opens with, the summary (a marked system message), a user turn
-:data:`rollmem.adapters.CONTINUATION_TEXT` when the kept messages would not open with the user's,
-then the kept messages; folded ones stay in the list, marked excluded. As a context provider it
-keeps its state in ``session.state[source_id]``. The docs page states every rule.
 """
 
 from __future__ import annotations
@@ -70,9 +63,8 @@ def _text(value: Any) -> str:
 
 
 def _convert(message: Any) -> list[Message]:
-    """One Agent Framework message as rollmem messages: the message itself (its text, its
-    ``function_call`` s as tool calls, ``[type]`` for content without text of its own) and one
-    ``tool`` message per ``function_result``. Reasoning content travels unshown."""
+    """One Agent Framework message as rollmem messages: itself (text, calls, ``[type]`` markers;
+    reasoning unshown) and one ``tool`` message per ``function_result``."""
     texts: list[str] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
@@ -138,18 +130,14 @@ class _Binding:
 
 
 class RollingCompaction(Configured):
-    """An Agent Framework ``CompactionStrategy`` (and context provider) keeping a running summary
-    plus the newest messages within ``max_tokens``.
-
-    ``RollingCompaction(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None, source_id="rollmem")``: the settings of :class:`~rollmem.AsyncRollingMemory`
-    (``summarize_fn`` sync or a coroutine function, receiving rollmem messages), checked the same
-    way; ``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``. Pass the
-    object as ``compaction_strategy`` *and* in ``context_providers``: a run with only the second
-    warns (nothing folds), the first call with only the first warns (the state then lives in the
-    object, for one conversation). A failing ``summarize_fn`` propagates and changes no state; a
-    state from another conversation raises :class:`~rollmem.errors.InvalidStateError`.
-    """
+    """An Agent Framework ``CompactionStrategy`` (and context provider): before every model call
+    the oldest units fold into a summary (the settings of :class:`~rollmem.AsyncRollingMemory`;
+    ``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``), and the request
+    is the leading system messages, the summary (marked, see :data:`SUMMARY_MARKER`), a user turn
+    when the kept messages would not open with one, and the kept messages (folded ones stay, marked
+    excluded). The state is kept in ``session.state[source_id]``; half a wiring warns. A failing
+    ``summarize_fn`` changes no state; another conversation's state raises
+    :class:`~rollmem.errors.InvalidStateError`."""
 
     after_run_once_per_turn = False
     """Read by the agent: the state is committed after every run."""
@@ -195,8 +183,7 @@ class RollingCompaction(Configured):
 
     def state(self, session: Any = None) -> dict[str, Any]:
         """A copy of the state (empty before the first fold) of ``session``, else this object's own:
-        ``summary``, ``folded`` (messages before the unfolded ones), ``costs`` (of what the last
-        fold kept), and bookkeeping."""
+        ``summary``, ``folded`` (messages before the unfolded ones), ``costs``, bookkeeping."""
         data = self._own if session is None else session.state.get(self.source_id) or {}
         read_state(data or None, "state" if session is None else self._where)
         return json.loads(json.dumps(data))  # type: ignore[no-any-return]

@@ -1,16 +1,9 @@
 """Google ADK agents: a rolling memory as a plugin, :class:`RollingMemoryPlugin`.
 
 Needs the ``google-adk`` extra (``pip install "rollmem[google-adk]"``, Python 3.10+; checked with
-google-adk 2.0.0 and 2.13.0). Importing this module imports ``google.adk`` and ``google.genai``,
-and raises :class:`~rollmem.errors.MissingExtraError` (an ``ImportError``) when they are missing.
-
-The plugin changes what the model sees, not what the session stores: in ``before_model_callback``
-it folds the oldest unfolded contents of the request into a running summary, and the model gets the
-agent's instruction with the summary appended, then the newest contents verbatim. The session's
-events are never changed, so ADK's own machinery (tool confirmation, long-running tools, rewind)
-works as without it. The state is session state under :data:`STATE_PREFIX` ``+ agent name``,
-written only when a fold changes it. ADK is loaded with :func:`importlib.import_module` (this
-package's mypy runs at Python 3.9, which ADK does not support), so its objects are typed ``Any``.
+google-adk 2.0.0 and 2.13.0); importing this module imports it, and raises
+:class:`~rollmem.errors.MissingExtraError` when it is missing. ADK is imported by name (mypy runs
+at Python 3.9, which ADK does not support), so its objects are typed ``Any`` here.
 """
 
 from __future__ import annotations
@@ -38,9 +31,7 @@ _BasePlugin: Any = _import("google.adk.plugins.base_plugin").BasePlugin
 _types = _import("google.genai.types")
 
 STATE_PREFIX = "rollmem:"
-"""Session-state keys of the plugin are this prefix plus the agent's name (one memory per agent
-of a multi-agent app). ADK keeps owner-prefixed keys (``owner:key``) out of ``state_schema``
-validation."""
+"""Session-state keys of the plugin are this prefix plus the agent's name (one memory per agent)."""
 
 _KEYS_KEPT = 4096  # fingerprints a live track keeps (of the newest contents, and of calls)
 
@@ -57,18 +48,22 @@ def _fingerprint(content: Any) -> str:
 
 def _plain_text(part: Any) -> Optional[str]:
     """The text a part other than a function call or response adds; ``None`` when none."""
+    code, result, data, file = (
+        part.executable_code,
+        part.code_execution_result,
+        part.inline_data,
+        part.file_data,
+    )
     if getattr(part, "thought", None):
         return None  # thoughts travel with their content and are not counted
-    if part.text is not None:
-        return str(part.text)
-    if part.executable_code is not None:
-        return str(part.executable_code.code or "")
-    if part.code_execution_result is not None:
-        return str(part.code_execution_result.output or "")
-    if part.inline_data is not None:
-        return f"[{part.inline_data.mime_type or 'inline data'}]"
-    if part.file_data is not None:
-        return f"[{part.file_data.mime_type or 'file'}: {part.file_data.file_uri}]"
+    if part.text is not None or code is not None or result is not None:
+        return str(part.text if part.text is not None else (code.code if code else result.output) or "")
+    if data is not None or file is not None:
+        return (
+            f"[{data.mime_type or 'inline data'}]"
+            if data
+            else f"[{file.mime_type or 'file'}: {file.file_uri}]"
+        )
     return None
 
 
@@ -163,20 +158,15 @@ def _calls(content: Any) -> bool:
 
 
 class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
-    """An ADK plugin: each model request gets a running summary plus the newest contents.
-
-    ``RollingMemoryPlugin(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None, summary_text=None, name="rollmem")``: the settings of
-    :class:`~rollmem.AsyncRollingMemory` (``summarize_fn`` sync or a coroutine function, receiving
-    rollmem messages), checked the same way; ``target_tokens`` defaults to
-    :func:`rollmem.cached_target` ``(max_tokens)``. The request's contents are converted (a
-    ``model`` content is one assistant message with its calls, a function response a tool message)
-    and folded by whole units, the newest kept; a model content whose calls have no response yet is
-    pinned. The request then holds the instruction with ``summary_text(summary)`` appended, a user
-    turn :data:`rollmem.adapters.CONTINUATION_TEXT` where Gemini needs one, and the kept contents; a
-    response posted back after its call folded comes with its call. A failing ``summarize_fn``
-    fails the run (ADK raises a ``RuntimeError`` from it) and changes no state.
-    """
+    """An ADK plugin: each model request gets a running summary plus the newest contents, within
+    ``max_tokens`` (the settings of :class:`~rollmem.AsyncRollingMemory`; ``target_tokens``
+    defaults to :func:`rollmem.cached_target` ``(max_tokens)``). Before each model call it folds
+    the oldest units of the request's contents; the model gets the instruction with
+    ``summary_text(summary)`` appended, a user turn :data:`rollmem.adapters.CONTINUATION_TEXT`
+    where Gemini needs one, then the kept contents; a pending call stays, a response posted back
+    after its call folded comes with its call. The session's events are never changed; the state
+    (session state, :meth:`state_key`) changes only at a fold. A failing ``summarize_fn`` fails
+    the run and changes no state."""
 
     def __init__(
         self,
@@ -195,9 +185,7 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
 
     def cached_prefix(self, summary: str, evicted: list[Message]) -> list[Message]:
         """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary as this
-        plugin appends it to the system instruction (``summary_text(summary)``, a system message
-        after your system prompt), then the evicted messages, so the summarizer's request opens
-        as the agent's last request did."""
+        plugin sends it (a system message ``summary_text(summary)``), then the evicted messages."""
         return [Message(SYSTEM, self.summary_text(summary)), *evicted] if summary else list(evicted)
 
     def state_key(self, agent_name: str) -> str:
@@ -244,9 +232,9 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
     def _rebuild(
         self, contents: list[Any], data: Any, key: str, old: Optional[Track[Any]]
     ) -> tuple[Track[Any], list[int]]:
-        """A track from the state: where the tail starts (else, a history cut short, from the fold
-        position on, the newest content always), the pinned contents before it with the responses
-        right after them, and the contents a live track had (matched by fingerprint)."""
+        """A track from the state: where the tail starts (else from the fold position, the newest
+        content always), the pinned contents before it with the responses right after them, and the
+        contents a live track held (matched by fingerprint)."""
         state = read_state(data, key)
         track: Track[Any] = Track(self, _SPEC, asynchronous=True)
         track.context = _Context(contents)

@@ -39,9 +39,9 @@ _SUMMARY_TIMESTAMP = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
 _OPENING_TEXTS = (CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN)
 # Request parts with no text of their own: they travel with their message, uncounted.
 _QUIET_REQUEST_PARTS = frozenset(
-    "instruction instruction-delta instruction-baseline instruction-digest tool-availability-delta "
-    "capability-load-delta model-settings-delta".split()
+    {"instruction", "instruction-delta", "instruction-baseline", "instruction-digest"}
 )
+_QUIET_REQUEST_PARTS |= {"tool-availability-delta", "capability-load-delta", "model-settings-delta"}
 _NOT_A_TURN = frozenset({"system-prompt", "compaction", *_QUIET_REQUEST_PARTS})
 _CURRENT: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("rollmem_pydantic_ai_natives")
 
