@@ -76,13 +76,10 @@ def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
     """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary as the manager
     puts it (the first text of the first user turn), then the evicted messages, so the
     summarizer's request opens as the agent's last request did."""
-    if not summary:
-        return list(evicted)
-    text = SUMMARY_HEADER + summary
-    first = evicted[0] if evicted else None
-    if first is not None and first.role == USER and first.tool_call_id is None:
-        return [Message(USER, f"{text}\n{first.content}" if first.content else text), *evicted[1:]]
-    return [Message(USER, text), *evicted]
+    text, first = SUMMARY_HEADER + summary, evicted[0] if evicted else None
+    if not summary or first is None or first.role != USER or first.tool_call_id is not None:
+        return [Message(USER, text), *evicted] if summary else list(evicted)
+    return [Message(USER, f"{text}\n{first.content}" if first.content else text), *evicted[1:]]
 
 
 def _block_text(block: Mapping[str, Any]) -> str:
@@ -148,15 +145,10 @@ def _convert(message: object, path: str) -> list[Message]:
             )
         else:
             texts.append(_block_text(block))
-    for found, allowed, what, owner in (
-        (calls, ASSISTANT, "toolUse", "assistant"),
-        (results, USER, "toolResult", "user"),
-    ):
-        if found and role != allowed:
-            carry = "call tools" if what == "toolUse" else "carry results"
-            raise InvalidStateError(
-                v.join(path, "content"), f"{what} in a {role!r} message; only {owner} messages {carry}"
-            )
+    wrong = "toolUse" if calls and role != ASSISTANT else "toolResult" if results and role != USER else None
+    if wrong:
+        only = "assistant messages call tools" if wrong == "toolUse" else "user messages carry results"
+        raise InvalidStateError(v.join(path, "content"), f"{wrong} in a {role!r} message; only {only}")
     if results:
         return [*results, Message(USER, _join(texts), id=_tracking_id(data))] if _join(texts) else results
     return [Message(role, _join(texts), id=_tracking_id(data), tool_calls=calls)]
@@ -250,12 +242,8 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Strands' hooks, plus a ``BeforeModelCallEvent`` hook that manages before each model call."""
         super().register_hooks(registry, **kwargs)
-        registry.add_callback(
-            BeforeModelCallEvent, self._before_async if self._async else self._before_model_call
-        )
-
-    def _before_model_call(self, event: BeforeModelCallEvent) -> None:
-        self.apply_management(event.agent)
+        sync: Any = lambda event: self.apply_management(event.agent)  # noqa: E731
+        registry.add_callback(BeforeModelCallEvent, self._before_async if self._async else sync)
 
     async def _before_async(self, event: BeforeModelCallEvent) -> None:
         history, new = self._sync(event.agent)
@@ -360,21 +348,15 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
             return
         summary, natives = self.summary, self._track.natives
         shown = [self._copies.get(id(n), n) for n in natives] if self._copies else list(natives)
-        head: Optional[dict[str, Any]] = None
-        merged = bool(shown and _is_user_turn(shown[0]) and summary)
+        opens = bool(shown) and _is_user_turn(shown[0])
+        merged = opens and bool(summary)
+        head = None if opens or not (summary or shown) else _text_turn(SUMMARY_HEADER + summary, "summary")
+        if not summary and head is not None:
+            head = _text_turn(CONTINUATION_TEXT, "continuation")
         if merged:
-            first = shown[0]
-            metadata = first.get("metadata", {})
+            first, metadata = shown[0], shown[0].get("metadata", {})
             head = {**first, "content": [{"text": SUMMARY_HEADER + summary}, *first["content"]]}
             head["metadata"] = {**metadata, "custom": {**metadata.get("custom", {}), _MARK: "summary"}}
-        elif shown and _is_user_turn(shown[0]):
-            head = None
-        elif summary or shown:
-            head = (
-                _text_turn(SUMMARY_HEADER + summary, "summary")
-                if summary
-                else _text_turn(CONTINUATION_TEXT, "continuation")
-            )
         self._head, self._merged, self._dirty = head, merged, False
         agent.messages[:] = ([] if head is None else [head]) + shown[1 if merged else 0 :]
 
@@ -418,12 +400,10 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
 def _prefix(text: str, tokens: int, allowed: int, counter: Any) -> str:
     """A prefix of ``text`` (``tokens`` long) of at most about ``allowed`` tokens, cut at a space."""
     end = len(text) * allowed // max(tokens, 1)
-    prefix = text[:end]
-    for _ in range(3):
-        prefix = text[:end]
-        counted = counter(prefix)
+    for _ in range(3):  # a few proportional steps
+        counted = counter(text[:end])
         if counted <= allowed:
             break
         end = end * allowed // counted
-    space = prefix.rfind(" ")
-    return prefix[:space] if space > 0 else prefix
+    prefix = text[:end]
+    return prefix[: prefix.rfind(" ")] if prefix.rfind(" ") > 0 else prefix
