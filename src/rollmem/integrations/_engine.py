@@ -11,23 +11,23 @@ pinned until answered, and fold tracing for frameworks with tracing of their own
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import operator
 import threading
 import uuid
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Callable, ClassVar, Generic, Optional, TypeVar, Union
 
-from .. import _validate as v
 from .._flow import Flow, arun, run
 from ..counters import counter_identity, words
-from ..errors import InvalidStateError, StateTypeError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, TOOL, USER, Message
 from ..policies import cached_target
+from ._state import Keys, State
 
 N = TypeVar("N")
 _T = TypeVar("_T")
@@ -35,6 +35,7 @@ _T = TypeVar("_T")
 DEFAULT_MAX_TOKENS = 2000
 """``max_tokens`` of every integration when none is given."""
 
+Resolve = Callable[[Sequence[Message]], list[Message]]
 Finish = Callable[[dict[str, int], Optional[BaseException]], None]
 Tracer = Callable[[dict[str, int]], Finish]
 """``tracer(attributes)`` starts a fold's span (``rollmem.fold.messages``,
@@ -67,12 +68,19 @@ class Configured:
         return (self.token_counter or words)(text)
 
 
-def new_memory(owner: Configured, summarize_fn: Any, on_evict: Any = None, *, asynchronous: bool) -> Any:
+def new_memory(
+    owner: Configured, resolve: Resolve = list, on_evict: Any = None, *, asynchronous: bool
+) -> Any:
     """The memory an integration folds with: over ``owner.max_tokens`` (by ``owner.token_counter``)
-    it folds down to ``owner.target_tokens``. Every integration's fold rule is chosen here."""
+    it folds down to ``owner.target_tokens``, summarizing ``resolve(evicted)`` (:func:`summarizer`).
+    Every integration's fold rule is chosen here."""
+    made: list[Any] = []
+    fn = summarizer(owner, resolve, lambda: made[0], asynchronous)
     kind = AsyncRollingMemory if asynchronous else RollingMemory
-    settings = {"target_tokens": owner.target_tokens, "on_evict": on_evict}
-    return kind(owner.max_tokens, summarize_fn, owner.token_counter, **settings)
+    made.append(
+        kind(owner.max_tokens, fn, owner.token_counter, target_tokens=owner.target_tokens, on_evict=on_evict)
+    )
+    return made[0]
 
 
 def is_async(fn: object) -> bool:
@@ -97,57 +105,45 @@ class Lives(Generic[_T]):
                 self._items.popitem(last=False)
 
 
-def summarizer(owner: Configured, resolve: Callable[[Sequence[Message]], list[Message]], memory: Any) -> Any:
-    """``owner.summarize_fn`` as a memory's summarizer: it receives ``resolve(evicted)`` (the
-    evicted natives converted afresh), and ``owner._fold_tracer()`` sees the fold (``memory()``
-    gives the memory, for the token counts)."""
+def summarizer(owner: Configured, resolve: Resolve, memory: Callable[[], Any], asynchronous: bool) -> Any:
+    """``owner.summarize_fn`` as ``memory()``'s summarizer: it receives ``resolve(evicted)`` (the
+    evicted natives converted afresh), and ``owner._fold_tracer()`` sees the fold."""
     fn: Any = owner.summarize_fn
     if fn is None:
         return None
 
-    def done(finish: Optional[Finish], result: object, error: Optional[BaseException]) -> None:
-        if finish is not None:
-            finish(
-                {"rollmem.fold.summary_tokens": owner._count(result) if isinstance(result, str) else 0}, error
-            )
-
-    async def finished(finish: Optional[Finish], pending: Awaitable[str]) -> str:
+    @contextlib.contextmanager
+    def fold(evicted: Sequence[Message]) -> Iterator[dict[str, Any]]:
+        tracer, out = owner._fold_tracer(), dict[str, Any]()
+        if tracer is None:
+            yield out
+            return
+        costs = dict(zip(map(id, memory().buffer), memory().costs()))
+        before, gone = sum(costs.values()), sum(costs.get(id(m), 0) for m in evicted)
+        names = ("messages", "tokens_before", "tokens_after")
+        finish = tracer(
+            {f"rollmem.fold.{k}": n for k, n in zip(names, (len(evicted), before, before - gone))}
+        )
         try:
-            result = await pending
+            yield out
         except BaseException as error:
-            done(finish, None, error)
+            finish({"rollmem.fold.summary_tokens": 0}, error)
             raise
-        done(finish, result, None)
-        return result
+        result = out.get("summary")
+        finish({"rollmem.fold.summary_tokens": owner._count(result) if isinstance(result, str) else 0}, None)
 
     def summarize(summary: str, evicted: Sequence[Message]) -> Any:
-        tracer, finish = owner._fold_tracer(), None
-        if tracer is not None:
-            live = memory()
-            costs = dict(zip(map(id, live.buffer), live.costs()))
-            before = sum(costs.values())
-            gone = sum(costs.get(id(m), 0) for m in evicted)
-            finish = tracer(
-                {
-                    "rollmem.fold.messages": len(evicted),
-                    "rollmem.fold.tokens_before": before,
-                    "rollmem.fold.tokens_after": before - gone,
-                }
-            )
-        try:
+        with fold(evicted) as out:
+            out["summary"] = fn(summary, resolve(evicted))
+        return out["summary"]
+
+    async def asummarize(summary: str, evicted: Sequence[Message]) -> Any:
+        with fold(evicted) as out:
             result = fn(summary, resolve(evicted))
-        except BaseException as error:
-            done(finish, None, error)
-            raise
-        if inspect.isawaitable(result):
-            return finished(finish, result)
-        done(finish, result, None)
-        return result
+            out["summary"] = await result if inspect.isawaitable(result) else result
+        return out["summary"]
 
-    async def asummarize(summary: str, evicted: Sequence[Message]) -> str:
-        return await summarize(summary, evicted)  # type: ignore[no-any-return]
-
-    return asummarize if is_async(fn) else summarize
+    return asummarize if asynchronous or is_async(fn) else summarize
 
 
 def unit_of(messages: Sequence[Message], **fields: Any) -> Message:
@@ -166,113 +162,6 @@ def opening_turn(first: Optional[Message]) -> bool:
     """Whether a request opening with ``first`` needs a user turn before it (every provider's
     rule, :func:`rollmem.adapters.user_first`)."""
     return first is not None and (first.role != USER or first.tool_call_id is not None)
-
-
-# -- the state ------------------------------------------------------------------------------------
-
-
-class State:
-    """The state an integration keeps in its framework (see :meth:`Track.state`)."""
-
-    __slots__ = ("costs", "counter", "first", "folded", "pinned", "recent", "summary")
-
-    def __init__(self, summary: str = "") -> None:
-        self.summary, self.folded = summary, 0
-        self.recent: list[str] = []  # keys of the natives just before the tail, oldest first
-        self.first: Optional[str] = None  # key of the tail's first native
-        self.pinned: list[tuple[int, str]] = []  # (position, key) of unfolded natives before the tail
-        self.counter: Optional[str] = None
-        self.costs: list[int] = []  # one per unfolded native, pinned ones first
-
-
-def read_state(data: object, path: str) -> State:
-    """A state written by :meth:`Track.state` (``None``: a new one); errors name ``path.field``."""
-    if data is None:
-        return State()
-    data = v.expect_mapping(data, path)
-    version = v.get_int(data, "version", path)
-    if version != 1:
-        raise InvalidStateError(
-            v.join(path, "version"), f"unsupported state version {version}; this rollmem reads version 1"
-        )
-    state = State(v.check_text(v.get_str(data, "summary", path), v.join(path, "summary")))
-    state.folded = v.check_int(v.join(path, "folded"), data.get("folded", 0), 0)
-    state.recent = v.get_list(data, "recent", path, default=[])
-    for index, key in enumerate(state.recent):
-        if not isinstance(key, str):
-            raise StateTypeError(
-                v.join(v.join(path, "recent"), index), f"expected str, got {v.type_name(key)}"
-            )
-    state.first, state.counter = (
-        v.get_optional_str(data, "first", path),
-        v.get_optional_str(data, "counter", path),
-    )
-    for index, item in enumerate(v.get_list(data, "pinned", path, default=[])):
-        if not (isinstance(item, list) and len(item) == 2 and v.is_int(item[0]) and isinstance(item[1], str)):
-            raise StateTypeError(v.join(v.join(path, "pinned"), index), f"expected [int, str], got {item!r}")
-        state.pinned.append((item[0], item[1]))
-    state.costs = v.get_list(data, "costs", path, default=[])
-    for index, cost in enumerate(state.costs):
-        if not v.is_int(cost) or cost < 0:
-            raise StateTypeError(v.join(v.join(path, "costs"), index), f"expected an int >= 0, got {cost!r}")
-    return state
-
-
-class Keys:
-    """The keys of a history's natives, computed on demand and once each (by position)."""
-
-    def __init__(self, history: Sequence[Any], key: Callable[[Any], str]) -> None:
-        self.history, self.key, self.cache = history, key, dict[int, str]()
-
-    def __call__(self, index: int) -> Optional[str]:
-        found = self.cache.get(index)
-        if found is None and 0 <= index < len(self.history):
-            found = self.cache[index] = self.key(self.history[index])
-        return found
-
-    def find(self, key: Optional[str], stop: int) -> int:
-        """The last position before ``stop`` holding ``key``; -1."""
-        for index in range(min(stop, len(self.history)) - 1, -1, -1) if key is not None else ():
-            if self(index) == key:
-                return index
-        return -1
-
-    def insert(self, position: int, natives: Sequence[Any]) -> None:
-        """``natives`` were inserted at ``position``: the keys after it move up."""
-        self.cache = {i + len(natives) if i >= position else i: key for i, key in self.cache.items()}
-        self.history = [*self.history[:position], *natives, *self.history[position:]]
-
-
-def locate(state: State, keys: Keys, fallback: Optional[int] = None) -> tuple[Optional[int], list[int], str]:
-    """Where the unfolded tail starts in the history, the positions of the pinned natives before
-    it, and how the tail was found: ``"exact"`` (where the state says), ``"first"`` (its first
-    native elsewhere: folded natives were left out), ``"anchor"`` (after the last folded native:
-    the first unfolded one is gone), ``"prefix"`` (after the newest native still where it was
-    among the recent ones: the history was cut), or ``fallback`` and ``"lost"``."""
-    at, recent, size = state.folded, state.recent, len(keys.history)
-    start: Optional[int] = None
-    how = "lost"
-    if not recent and state.first is None:
-        start, how = min(at, size), "exact"
-    elif keys(at) == state.first if state.first is not None else keys(at - 1) == recent[-1]:
-        start, how = at, "exact"
-    elif keys.find(state.first, size) >= 0:
-        start, how = keys.find(state.first, size), "first"
-    elif keys.find(recent[-1] if recent else None, size) >= 0:
-        start, how = keys.find(recent[-1], size) + 1, "anchor"
-    else:
-        base = at - len(recent)
-        lower = max(base, 0) - 1
-        start = next(
-            (i + 1 for i in range(min(size, at) - 1, lower, -1) if keys(i) == recent[i - base]), None
-        )
-        start, how = (fallback, "lost") if start is None else (start, "prefix")
-    pinned: list[int] = []
-    for position, key in state.pinned:  # where the state says, else the last one with that key
-        index = position if position < (start or 0) and keys(position) == key else keys.find(key, start or 0)
-        if index >= 0 and index not in pinned:
-            pinned.append(index)
-    return start, sorted(pinned), how
 
 
 # -- the live track of one conversation ----------------------------------------------------------
@@ -320,8 +209,7 @@ class Track(Generic[N]):
         self.context: Any = None
         self.folded: list[tuple[int, N]] = []  # (position, native) of what the last add folded
         self.pending: dict[str, str] = {}  # open call id -> id of the pinned unit holding it
-        fn = summarizer(owner, self._resolve, lambda: self.memory)
-        self.memory: Any = new_memory(owner, fn, self._evicted, asynchronous=asynchronous)
+        self.memory: Any = new_memory(owner, self._resolve, self._evicted, asynchronous=asynchronous)
 
     @property
     def start(self) -> int:

@@ -24,17 +24,8 @@ from ..adapters import CONTINUATION_TEXT
 from ..errors import InvalidStateError
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ._engine import (
-    DEFAULT_MAX_TOKENS,
-    Configured,
-    Keys,
-    Spec,
-    Track,
-    locate,
-    opening_turn,
-    read_state,
-    unit_of,
-)
+from ._engine import DEFAULT_MAX_TOKENS, Configured, Spec, Track, opening_turn, unit_of
+from ._state import Keys, locate, read_state
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_SOURCE_ID", "SUMMARY_MARKER", "RollingCompaction"]
 

@@ -27,7 +27,7 @@ from ..message import SYSTEM, Message
 from ..policies import unit_spans
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, Store
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Finish, Tracer, new_memory, summarizer
+from ._engine import DEFAULT_MAX_TOKENS, Configured, Finish, Tracer, new_memory
 
 __all__ = ["SUMMARY_HEADER", "RollingSession", "cached_prefix"]
 
@@ -130,11 +130,7 @@ class RollingSession(Configured):
         )
 
     def _factory(self) -> AsyncRollingMemory:
-        made: list[AsyncRollingMemory] = []
-        made.append(
-            new_memory(self, summarizer(self, list, lambda: made[0]), self._evicted, asynchronous=True)
-        )
-        return made[0]
+        return new_memory(self, list, self._evicted, asynchronous=True)  # type: ignore[no-any-return]
 
     def _fold_tracer(self) -> Optional[Tracer]:
         """A fold as a custom span (``rollmem.fold``) in the Agents SDK's current trace."""

@@ -26,7 +26,7 @@ from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, AsyncStore, LogStore, MemoryStore, Store
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Lives, new_memory, summarizer, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Configured, Lives, new_memory, unit_of
 
 __all__ = ["STATE_PREFIX", "RollingHistory", "find_summary", "rolling_history"]
 
@@ -279,7 +279,7 @@ class RollingHistory(Configured):
         return self._store
 
     def _memory(self) -> Any:
-        return new_memory(self, summarizer(self, self._resolve, lambda: None), asynchronous=True)
+        return new_memory(self, self._resolve, asynchronous=True)
 
     def _resolve(self, evicted: Sequence[Message]) -> list[Message]:
         """The evicted units' messages as the history holds them now (an edit included)."""

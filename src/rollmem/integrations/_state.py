@@ -1,0 +1,117 @@
+"""The state an integration keeps in its framework (private to :mod:`rollmem.integrations`): one
+versioned format, written at folds only (:meth:`rollmem.integrations._engine.Track.state`), whose
+size does not grow with the buffer, and :func:`locate`, which finds the unfolded tail it describes
+in a history the framework hands back (cut, edited or with folded messages left out)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+from .. import _validate as v
+from ..errors import InvalidStateError, StateTypeError
+
+
+class State:
+    """A state read back (see :func:`read_state`)."""
+
+    __slots__ = ("costs", "counter", "first", "folded", "pinned", "recent", "summary")
+
+    def __init__(self, summary: str = "") -> None:
+        self.summary, self.folded = summary, 0
+        self.recent: list[str] = []  # keys of the natives just before the tail, oldest first
+        self.first: Optional[str] = None  # key of the tail's first native
+        self.pinned: list[tuple[int, str]] = []  # (position, key) of unfolded natives before the tail
+        self.counter: Optional[str] = None  # the identity of the counter that measured costs
+        self.costs: list[int] = []  # one per unfolded native, pinned ones first
+
+
+def _items(data: Any, name: str, path: str, ok: Callable[[Any], bool], expected: str) -> list[Any]:
+    items = v.get_list(data, name, path, default=[])
+    for index, item in enumerate(items):
+        if not ok(item):
+            raise StateTypeError(v.join(v.join(path, name), index), f"expected {expected}, got {item!r}")
+    return items
+
+
+def read_state(data: object, path: str) -> State:
+    """A state written by ``Track.state`` (``None``: a new one); errors name ``path.field``."""
+    if data is None:
+        return State()
+    data = v.expect_mapping(data, path)
+    version = v.get_int(data, "version", path)
+    if version != 1:
+        raise InvalidStateError(
+            v.join(path, "version"), f"unsupported state version {version}; this rollmem reads version 1"
+        )
+    state = State(v.check_text(v.get_str(data, "summary", path), v.join(path, "summary")))
+    state.folded = v.check_int(v.join(path, "folded"), data.get("folded", 0), 0)
+    state.recent = _items(data, "recent", path, lambda key: isinstance(key, str), "str")
+    state.first, state.counter = (
+        v.get_optional_str(data, "first", path),
+        v.get_optional_str(data, "counter", path),
+    )
+    pairs = _items(
+        data,
+        "pinned",
+        path,
+        lambda x: isinstance(x, list) and len(x) == 2 and v.is_int(x[0]) and isinstance(x[1], str),
+        "[int, str]",
+    )
+    state.pinned = [(position, key) for position, key in pairs]
+    state.costs = _items(data, "costs", path, lambda cost: v.is_int(cost) and cost >= 0, "an int >= 0")
+    return state
+
+
+class Keys:
+    """The keys of a history's natives, computed on demand and once each (by position)."""
+
+    def __init__(self, history: Sequence[Any], key: Callable[[Any], str]) -> None:
+        self.history, self.key, self.cache = history, key, dict[int, str]()
+
+    def __call__(self, index: int) -> Optional[str]:
+        found = self.cache.get(index)
+        if found is None and 0 <= index < len(self.history):
+            found = self.cache[index] = self.key(self.history[index])
+        return found
+
+    def find(self, key: Optional[str], stop: int) -> int:
+        """The last position before ``stop`` holding ``key``; -1."""
+        for index in range(min(stop, len(self.history)) - 1, -1, -1) if key is not None else ():
+            if self(index) == key:
+                return index
+        return -1
+
+    def insert(self, position: int, natives: Sequence[Any]) -> None:
+        """``natives`` were inserted at ``position``: the keys after it move up."""
+        self.cache = {i + len(natives) if i >= position else i: key for i, key in self.cache.items()}
+        self.history = [*self.history[:position], *natives, *self.history[position:]]
+
+
+def locate(state: State, keys: Keys, fallback: Optional[int] = None) -> tuple[Optional[int], list[int], str]:
+    """Where the unfolded tail starts in the history, the positions of the pinned natives before
+    it, and how the tail was found: ``"exact"`` (where the state says), ``"first"`` (its first
+    native elsewhere: folded natives were left out), ``"anchor"`` (after the last folded native:
+    the first unfolded one is gone), ``"prefix"`` (after the newest native still where it was
+    among the recent ones: the history was cut), or ``fallback`` and ``"lost"``."""
+    at, recent, size = state.folded, state.recent, len(keys.history)
+    start: Optional[int]
+    if not recent and state.first is None:
+        start, how = min(at, size), "exact"
+    elif keys(at) == state.first if state.first is not None else keys(at - 1) == recent[-1]:
+        start, how = at, "exact"
+    elif keys.find(state.first, size) >= 0:
+        start, how = keys.find(state.first, size), "first"
+    elif keys.find(recent[-1] if recent else None, size) >= 0:
+        start, how = keys.find(recent[-1], size) + 1, "anchor"
+    else:  # the newest of the recent natives still where it was
+        base = at - len(recent)
+        found = (i + 1 for i in range(min(size, at) - 1, max(base, 0) - 1, -1) if keys(i) == recent[i - base])
+        start = next(found, None)
+        start, how = (fallback, "lost") if start is None else (start, "prefix")
+    pinned: list[int] = []
+    for position, key in state.pinned:  # where the state says, else the last one with that key
+        index = position if position < (start or 0) and keys(position) == key else keys.find(key, start or 0)
+        if index >= 0 and index not in pinned:
+            pinned.append(index)
+    return start, sorted(pinned), how
