@@ -1,7 +1,8 @@
 """The state an integration keeps in its framework (private to :mod:`rollmem.integrations`): one
 versioned format, written at folds only (:meth:`rollmem.integrations._engine.Track.state`), whose
-size does not grow with the buffer, and :func:`locate`, which finds the unfolded tail it describes
-in a history the framework hands back (cut, edited or with folded messages left out)."""
+size does not grow with the buffer; :func:`locate` finds the unfolded tail it describes in a
+history the framework hands back (cut, edited or with folded messages left out), and
+:func:`take_units` matches a history against a buffer kept in a store."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 from .. import _validate as v
+from ..changes import Dropped, Folded
 from ..errors import InvalidStateError, StateTypeError
+from ..message import Message
 
 
 class State:
@@ -115,3 +118,44 @@ def locate(state: State, keys: Keys, fallback: Optional[int] = None) -> tuple[Op
         if index >= 0 and index not in pinned:
             pinned.append(index)
     return start, sorted(pinned), how
+
+
+async def take_units(
+    memory: Any, units: list[Message], summaries: list[str], expect: Any
+) -> Optional[tuple[str, list[int], bool]]:
+    """Take a history's ``units`` (ids: fingerprints of their content) into a stored ``memory``
+    (an async one; one step of :meth:`rollmem.AsyncSessions.update`). With ``expect`` (the summary,
+    size and last id of the buffer ``units`` continue; ``None`` when it moved) the new units are
+    added; else the unfolded units are the pinned ones and those from the first stored one on, an
+    unknown one among them new or edited (an edit of the oldest stored ones stands right before the
+    first found; ``summaries[-1]`` restarts an empty memory). Returns the summary, the positions of
+    the units kept, and whether the history to send changed (a fold, units left out, or another
+    summary than ``summaries``)."""
+    buffer, size = memory.buffer, len(memory.buffer)
+    if expect is not None:
+        if (memory.summary, size, buffer[-1].id if buffer else None) != expect:
+            return None
+        chosen, taken = list(range(len(units))), [*buffer, *units[size:]]
+    else:
+        if not buffer and not memory.summary and summaries:
+            memory.summary = summaries[-1]
+        stored, present = {m.id: m for m in buffer}, {u.id for u in units}
+        unpinned = [m.id for m in buffer if not m.pinned]
+        missing = next((i for i, ident in enumerate(unpinned) if ident in present), len(unpinned))  # edits
+        start = next((i for i, u in enumerate(units) if u.id in stored and not u.pinned), len(units))
+        start = start if unpinned else 0
+        while missing and start and units[start - 1].id not in stored and not units[start - 1].pinned:
+            start, missing = start - 1, missing - 1
+        chosen = [i for i, u in enumerate(units) if u.pinned or i >= start]
+        taken = [stored.get(units[i].id, units[i]) for i in chosen]
+    with memory.record() as changes:
+        if expect is not None or [m.id for m in taken[:size]] == [m.id for m in buffer]:
+            await memory.extend(taken[size:])
+        else:  # edited, inserted or dropped units: the buffer in history order (new ones counted)
+            memory.buffer = taken[:-1]
+            await memory.extend(taken[-1:])
+    pins, rest = [i for i in chosen if units[i].pinned], [i for i in chosen if not units[i].pinned]
+    kept = sorted(pins + rest[len(rest) - len(memory.buffer) + len(pins) :])  # folds take the oldest
+    folded = any(isinstance(change, (Folded, Dropped)) for change in changes)
+    other = expect is None and summaries != ([memory.summary] if memory.summary else [])
+    return memory.summary, kept, folded or other or len(chosen) != len(units)
