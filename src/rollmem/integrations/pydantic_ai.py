@@ -1,10 +1,7 @@
-"""A rolling summary for pydantic-ai agents: a history processor, :func:`rolling_history`.
-
-Needs the ``pydantic-ai`` extra (``pip install "rollmem[pydantic-ai]"``, Python 3.10+; checked with
-``pydantic-ai-slim`` 2.68, 2.0.0, 1.107.10, 1.0.0); building a processor imports it, and raises
-:class:`~rollmem.errors.MissingExtraError` when it is missing. Pass it to ``ProcessHistory``
-(pydantic-ai 2.x) or ``history_processors`` (1.x).
-"""
+"""A rolling summary for pydantic-ai agents: a history processor, :func:`rolling_history`, for
+``ProcessHistory`` (2.x) or ``history_processors`` (1.x). Needs the ``pydantic-ai`` extra (Python
+3.10+; checked with ``pydantic-ai-slim`` 2.68, 2.0.0, 1.107.10, 1.0.0): building a processor
+imports it, raising :class:`~rollmem.errors.MissingExtraError` when it is missing."""
 
 from __future__ import annotations
 
@@ -15,6 +12,7 @@ import hashlib
 import importlib
 import json
 from collections.abc import Awaitable, Sequence
+from itertools import takewhile
 from typing import Any, Optional, Union, cast
 
 from .. import _validate as v
@@ -79,16 +77,14 @@ def _request_message(pai: Any, part: Any, standing: bool) -> Optional[Message]:
         return Message(SYSTEM, part.content, pinned=standing)
     if kind == "user-prompt":
         return Message(USER, _user_text(part.content))
+    tool_name = getattr(part, "tool_name", None)
+    if kind == "retry-feedback" or (kind == "retry-prompt" and tool_name is None):  # answering no call
+        return Message(USER, _tool_result_text(part))
     if isinstance(part, pai.ToolReturnPart) or kind in ("tool-return", "retry-prompt"):
-        tool_name = getattr(part, "tool_name", None)
-        if kind == "retry-prompt" and tool_name is None:  # a retry that answers no call
-            return Message(USER, _tool_result_text(part))
         metadata: dict[str, Any] = {"name": tool_name} if isinstance(tool_name, str) else {}
         if kind == "retry-prompt" or getattr(part, "outcome", "success") != "success":
             metadata["is_error"] = True
         return Message(TOOL, _tool_result_text(part), tool_call_id=part.tool_call_id, metadata=metadata)
-    if kind == "retry-feedback":
-        return Message(USER, _tool_result_text(part))
     if kind == "compaction":  # another capability's summary
         return Message(SYSTEM, part.content or "")
     content = getattr(part, "content", None)
@@ -96,12 +92,9 @@ def _request_message(pai: Any, part: Any, standing: bool) -> Optional[Message]:
 
 
 def _response_message(pai: Any, response: Any) -> Message:
-    texts = [part.content for part in response.parts if getattr(part, "part_kind", None) == "text"]
-    calls = [
-        ToolCall(part.tool_call_id, part.tool_name, part.args_as_json_str())
-        for part in response.parts
-        if isinstance(part, pai.ToolCallPart)
-    ]
+    calls = [p for p in response.parts if isinstance(p, pai.ToolCallPart)]
+    texts = [p.content for p in response.parts if getattr(p, "part_kind", None) == "text"]
+    calls = [ToolCall(c.tool_call_id, c.tool_name, c.args_as_json_str()) for c in calls]
     return Message(ASSISTANT, "\n".join(texts), tool_calls=calls)
 
 
@@ -136,10 +129,8 @@ def _is_ours(part: Any) -> bool:
 def find_summary(messages: Sequence[Any]) -> Optional[str]:
     """The text of the rollmem summary in a pydantic-ai history (what the processor wrote, wherever
     it sits; the last one if there are several), or ``None`` when the history carries none."""
-    found = [
-        key[0] for m in messages for part in getattr(m, "parts", ()) for key in [_summary_key(part)] if key
-    ]
-    return found[-1] if found else None
+    found = [_summary_key(part) for message in messages for part in getattr(message, "parts", ())]
+    return next((key[0] for key in reversed(found) if key), None)
 
 
 class _Native:
@@ -148,7 +139,9 @@ class _Native:
 
     __slots__ = ("message", "source", "unit")
 
-    def __init__(self, pai: Any, message: Any, source: int, standing: bool) -> None:
+    def __init__(self, pai: Any, message: Any, parts: list[Any], source: int, standing: bool) -> None:
+        if len(parts) != len(message.parts):
+            message = dataclasses.replace(message, parts=parts)
         self.message, self.source = message, source
         converted = _messages(pai, message, standing) or [Message(SYSTEM, "")]
         stamped = [message] if message.kind == "response" else message.parts
@@ -178,17 +171,11 @@ class _Read:
             self.key = self.key or next((key for _, key in found if key), None)
             kept = [part for part in message.parts if kind == "response" or not _is_ours(part)]
             self.ours += len(message.parts) - len(kept)
-            standing = 0
-            while index == 0 and standing < len(kept) and kept[standing].part_kind == "system-prompt":
-                standing += 1
+            opening = takewhile(lambda p: p.part_kind == "system-prompt", kept if index == 0 else ())
+            standing = len(list(opening))
             for parts, pinned in ((kept[:standing], True), (kept[standing:], False)):
                 if parts:
-                    same = len(parts) == len(message.parts)
-                    self.natives.append(
-                        _Native(
-                            pai, message if same else dataclasses.replace(message, parts=parts), index, pinned
-                        )
-                    )
+                    self.natives.append(_Native(pai, message, parts, index, pinned))
 
     def origin(self) -> Optional[str]:
         """The fingerprint of the conversation's opening message (its first unpinned one)."""
@@ -230,10 +217,8 @@ class RollingHistory(Configured):
             "pydantic_ai.messages", package="pydantic-ai-slim", extra="pydantic-ai", feature=__name__
         )
         self.__annotations__ = _bind_run_context()
-        self._store: Union[LogStore, AsyncLogStore, Store, AsyncStore] = (
-            MemoryStore() if store is None else store
-        )
-        self._sessions: AsyncSessions[Any] = AsyncSessions(self._store, self._memory, max_retries=10)
+        self._store = store = MemoryStore() if store is None else store
+        self._sessions: AsyncSessions[Any] = AsyncSessions(store, self._memory, max_retries=10)
         self._tracks: Lives[_Last] = Lives(64)  # by conversation key
         self._firsts: Lives[str] = Lives(128)  # id() of a remembered history's first message -> its key
 
@@ -301,17 +286,17 @@ class RollingHistory(Configured):
         if len(kept) > 1 and kept[0].source == kept[1].source == 0 and kept[0].unit.pinned:
             history[:2] = [dataclasses.replace(history[0], parts=[*history[0].parts, *history[1].parts])]
         if summary:
-            _insert_summary(pai, history, self._summary_part(pai, summary, key))
+            _insert_summary(pai, history, _summary_part(pai, summary, key))
         return _user_first(pai, history)
 
-    @staticmethod
-    def _summary_part(pai: Any, summary: str, key: str) -> Any:
-        compaction = getattr(pai, "CompactionPart", None)
-        # A request-side summary (a CompactionPart with metadata) arrived in pydantic-ai 2.x.
-        if compaction is not None and "metadata" in {field.name for field in dataclasses.fields(compaction)}:
-            return compaction(summary, metadata={_MARKER: {"summary": True, "key": key}})
-        # A fixed timestamp: the same summary is the same part on every call.
-        return pai.SystemPromptPart(summary, timestamp=_SUMMARY_TIMESTAMP, dynamic_ref=_SYSTEM_MARKER + key)
+
+def _summary_part(pai: Any, summary: str, key: str) -> Any:
+    """A ``CompactionPart`` with metadata (2.x), else a ``SystemPromptPart`` at a fixed timestamp
+    (the same summary is the same part on every call)."""
+    compaction = getattr(pai, "CompactionPart", None)
+    if compaction is not None and "metadata" in {field.name for field in dataclasses.fields(compaction)}:
+        return compaction(summary, metadata={_MARKER: {"summary": True, "key": key}})
+    return pai.SystemPromptPart(summary, timestamp=_SUMMARY_TIMESTAMP, dynamic_ref=_SYSTEM_MARKER + key)
 
 
 def _insert_summary(pai: Any, history: list[Any], part: Any) -> None:
@@ -319,9 +304,7 @@ def _insert_summary(pai: Any, history: list[Any], part: Any) -> None:
     by that position)."""
     first: Any = history[0] if history else None
     parts = list(first.parts) if getattr(first, "kind", None) == "request" else []
-    count = next(
-        (i for i, p in enumerate(parts) if getattr(p, "part_kind", None) != "system-prompt"), len(parts)
-    )
+    count = len(list(takewhile(lambda p: getattr(p, "part_kind", None) == "system-prompt", parts)))
     if count:
         history[0] = dataclasses.replace(first, parts=[*parts[:count], part, *parts[count:]])
     else:
