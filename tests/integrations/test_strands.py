@@ -210,13 +210,13 @@ def test_a_model_call_converts_and_counts_only_the_new_messages(monkeypatch: pyt
     """Each model call converts (and counts) only the messages added since the previous one,
     however long the conversation: O(new messages) work per call, not O(buffer)."""
     converted = [0]
-    unit_message = strands_module._unit_message
+    units = strands_module._SPEC.units
 
-    def counted(message: Any, path: str) -> Message:
-        converted[0] += 1
-        return unit_message(message, path)
+    def counted(natives: Any, track: Any) -> list[Message]:
+        converted[0] += len(natives)
+        return units(natives, track)
 
-    monkeypatch.setattr(strands_module, "_unit_message", counted)
+    monkeypatch.setattr(strands_module._SPEC, "units", counted)
     counter = Counter()
     manager = RollingConversationManager(150, Recorder(), counter)
     model = ScriptedModel()

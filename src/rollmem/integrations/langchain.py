@@ -71,13 +71,8 @@ else:
     _Runtime: TypeAlias = Runtime
     _AnyMessage: TypeAlias = BaseMessage
 
-__all__ = [
-    "CURSOR_KEY",
-    "SUMMARY_KEY",
-    "RollingMemoryMiddleware",
-    "RollingMemoryState",
-    "langchain_summarizer",
-]
+__all__ = ["CURSOR_KEY", "SUMMARY_KEY", "RollingMemoryMiddleware", "RollingMemoryState"]
+__all__ += ["langchain_summarizer"]
 
 SUMMARY_KEY = "rollmem_summary"
 """The agent-state key of the running summary (``""`` until the first fold)."""

@@ -1,8 +1,5 @@
-"""Strands Agents: a rolling memory as the agent's ``ConversationManager``.
-
-Needs the ``strands`` extra on Python 3.10+ (``pip install "rollmem[strands]"``); importing this
-module imports Strands, and raises :class:`~rollmem.errors.MissingExtraError` when it is missing.
-"""
+"""Strands Agents: a rolling memory as the agent's ``ConversationManager``. Needs the ``strands``
+extra (Python 3.10+): importing this module imports Strands, else raises ``MissingExtraError``."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import json
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Union
 
 from .. import _validate as v
 from .._extras import import_extra
@@ -23,31 +20,14 @@ from ._state import Keys, State, locate, read_state
 
 _FEATURE = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
 
-# Checked against strands-agents where it is installed (the ignores are for where it is not).
-if TYPE_CHECKING:
-    from strands.agent.conversation_manager import ConversationManager  # type: ignore[import-not-found, unused-ignore]
-    from strands.hooks import BeforeModelCallEvent, HookRegistry  # type: ignore[import-not-found, unused-ignore]
-    from strands.types.exceptions import ContextWindowOverflowException  # type: ignore[import-not-found, unused-ignore]
-else:
-    _strands = {
-        name: import_extra(name, package="strands-agents", extra="strands", feature=_FEATURE)
-        for name in ("strands.agent.conversation_manager", "strands.hooks", "strands.types.exceptions")
-    }
-    ConversationManager = _strands["strands.agent.conversation_manager"].ConversationManager
-    BeforeModelCallEvent = _strands["strands.hooks"].BeforeModelCallEvent
-    HookRegistry = _strands["strands.hooks"].HookRegistry
-    ContextWindowOverflowException = _strands["strands.types.exceptions"].ContextWindowOverflowException
+_conversation, _hooks, _errors = (
+    import_extra(name, package="strands-agents", extra="strands", feature=_FEATURE)
+    for name in ("strands.agent.conversation_manager", "strands.hooks", "strands.types.exceptions")
+)
+_ConversationManager: Any = _conversation.ConversationManager
 
-__all__ = [
-    "DEFAULT_MAX_TOKENS",
-    "DEFAULT_TARGET_TOKENS",
-    "STATE_KEY",
-    "SUMMARY_HEADER",
-    "TRUNCATION_NOTE",
-    "RollingConversationManager",
-    "cached_prefix",
-    "to_rollmem",
-]
+__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_TARGET_TOKENS", "STATE_KEY", "SUMMARY_HEADER", "TRUNCATION_NOTE"]
+__all__ += ["RollingConversationManager", "cached_prefix", "to_rollmem"]
 
 DEFAULT_TARGET_TOKENS: Optional[int] = None
 """The default fold target: ``None`` folds down to :func:`rollmem.cached_target` ``(max_tokens)``."""
@@ -90,9 +70,7 @@ def _block_text(block: Mapping[str, Any]) -> str:
     for kind in ("image", "document", "video"):
         media = block.get(kind)
         if isinstance(media, Mapping):
-            details = ", ".join(
-                str(x) for x in (media.get("format"), media.get("name")) if isinstance(x, str)
-            )
+            details = ", ".join(x for x in (media.get("format"), media.get("name")) if isinstance(x, str))
             return f"[{kind}: {details}]" if details else f"[{kind}]"
     return "[" + ", ".join(sorted(str(key) for key in block)) + "]"
 
@@ -116,22 +94,20 @@ def _convert(message: object, path: str) -> list[Message]:
         where = v.join(v.join(path, "content"), index)
         block = v.expect_mapping(block, where)
         if "toolUse" in block:
-            use = v.expect_mapping(block["toolUse"], v.join(where, "toolUse"))
-            arguments = use.get("input", {})
+            where = v.join(where, "toolUse")
+            use, arguments = v.expect_mapping(block["toolUse"], where), block["toolUse"].get("input", {})
             text = arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
-            name = v.get_str(use, "name", v.join(where, "toolUse"))
-            calls.append(ToolCall(v.get_str(use, "toolUseId", v.join(where, "toolUse")), name, text))
+            calls.append(ToolCall(v.get_str(use, "toolUseId", where), v.get_str(use, "name", where), text))
         elif "toolResult" in block:
             where = v.join(where, "toolResult")
             result = v.expect_mapping(block["toolResult"], where)
-            items = v.get_list(result, "content", where, default=[])
-            parts = [
-                _block_text(v.expect_mapping(x, v.join(v.join(where, "content"), i)))
-                for i, x in enumerate(items)
-            ]
+            items = enumerate(v.get_list(result, "content", where, default=[]))
+            text = _join(
+                [_block_text(v.expect_mapping(x, v.join(v.join(where, "content"), i))) for i, x in items]
+            )
             meta = {"is_error": True} if result.get("status") == "error" else {}
             results.append(
-                Message(TOOL, _join(parts), tool_call_id=v.get_str(result, "toolUseId", where), metadata=meta)
+                Message(TOOL, text, tool_call_id=v.get_str(result, "toolUseId", where), metadata=meta)
             )
         else:
             texts.append(_block_text(block))
@@ -152,14 +128,12 @@ def to_rollmem(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     return [m for index, message in enumerate(messages) for m in _convert(message, v.join("messages", index))]
 
 
-def _unit_message(message: Mapping[str, Any], path: str) -> Message:
-    """The unit of a Strands message (its id the tracking id)."""
-    return unit_of(_convert(message, path), id=_tracking_id(message))
-
-
 class _Messages(Spec[Any]):
     def units(self, natives: Sequence[Any], track: Track[Any]) -> list[Message]:
-        return [_unit_message(message, v.join("agent.messages", i)) for i, message in enumerate(natives)]
+        paths = (v.join("agent.messages", i) for i in range(len(natives)))
+        return [
+            unit_of(_convert(native, path), id=_tracking_id(native)) for native, path in zip(natives, paths)
+        ]
 
     def messages(self, natives: Sequence[Any]) -> list[Message]:
         return to_rollmem(natives)
@@ -173,10 +147,8 @@ _SPEC = _Messages()
 
 def _is_user_turn(message: Mapping[str, Any]) -> bool:
     """A user message that is not tool results: a request may open with it."""
-    blocks = message.get("content", ())
-    return message.get("role") == USER and not any(
-        isinstance(b, Mapping) and "toolResult" in b for b in blocks
-    )
+    results = (isinstance(block, Mapping) and "toolResult" in block for block in message.get("content", ()))
+    return message.get("role") == USER and not any(results)
 
 
 def _text_turn(text: str, kind: str) -> dict[str, Any]:
@@ -185,14 +157,12 @@ def _text_turn(text: str, kind: str) -> dict[str, Any]:
     return {"role": USER, "content": [{"text": text}], "tracking_id": str(uuid.uuid4()), "metadata": custom}
 
 
-class RollingConversationManager(Configured, ConversationManager):  # type: ignore[misc, unused-ignore]
+class RollingConversationManager(Configured, _ConversationManager):  # type: ignore[misc]
     """A Strands ``ConversationManager``: ``agent.messages`` holds a summary turn, then the newest
-    messages verbatim within ``max_tokens``; the oldest whole units (a ``toolUse`` message with the
-    message of its results) are folded by one ``summarize_fn(summary, evicted)`` call, before every
-    model call and after every invocation. The settings are :class:`~rollmem.RollingMemory`'s
-    (``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``); a coroutine
-    ``summarize_fn`` runs in the hook, on Strands' loop. A failing one propagates; nothing is lost.
-    """
+    messages verbatim within ``max_tokens``; the oldest whole units (a ``toolUse`` message with its
+    results) fold by one ``summarize_fn(summary, evicted)`` call (sync, or a coroutine function run
+    on Strands' loop) before every model call. The settings are :class:`~rollmem.RollingMemory`'s.
+    A failing summarizer propagates; nothing is lost."""
 
     def __init__(
         self,
@@ -209,8 +179,8 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
 
     def _restart(self, summary: str, stored: Optional[State] = None) -> None:
         self._track: Track[Any] = Track(self, _SPEC, asynchronous=self._async)
-        self._track.memory.restore({"version": 2, "summary": summary, "buffer": []})
-        self._stored = stored  # a restored state, taken with the restored messages
+        self._track.memory.summary = summary
+        self._stored = stored
         self._state: dict[str, Any] = self._track.state(Keys([], _SPEC.key))
         self._head: Optional[dict[str, Any]] = None  # the user turn this manager put first
         self._merged = False  # whether the head stands for the first kept message
@@ -229,13 +199,13 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         """The running summary (``""`` until the first fold)."""
         return str(self._track.memory.summary)
 
-    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+    def register_hooks(self, registry: Any, **kwargs: Any) -> None:
         """Strands' hooks, plus a ``BeforeModelCallEvent`` hook that manages before each model call."""
         super().register_hooks(registry, **kwargs)
         sync: Any = lambda event: self.apply_management(event.agent)  # noqa: E731
-        registry.add_callback(BeforeModelCallEvent, self._before_async if self._async else sync)
+        registry.add_callback(_hooks.BeforeModelCallEvent, self._before_async if self._async else sync)
 
-    async def _before_async(self, event: BeforeModelCallEvent) -> None:
+    async def _before_async(self, event: Any) -> None:
         history, new = self._sync(event.agent)
         self._folded(len(await self._track.aadd(history, new)))
         if self._reduce:
@@ -256,10 +226,7 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         all but the newest unit), else truncate the newest unit's largest tool result to half (see
         :data:`TRUNCATION_NOTE`), else raise ``ContextWindowOverflowException`` from ``e``."""
         self.apply_management(agent)
-        units = self._track.units
-        newest = len(units) - 1
-        while newest > 0 and units[newest].tool_call_id is not None:
-            newest -= 1
+        newest = max((i for i, unit in enumerate(self._track.units) if unit.tool_call_id is None), default=0)
         if newest and self._async:
             self._reduce = True
             return
@@ -269,7 +236,7 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
         self._render(agent)
         if not reduced and e is not None:
             message = "nothing left to fold or truncate; the newest message alone overflows the context"
-            raise ContextWindowOverflowException(f"rollmem: {message}") from e
+            raise _errors.ContextWindowOverflowException(f"rollmem: {message}") from e
 
     def get_state(self) -> dict[str, Any]:
         """Strands' state plus rollmem's under :data:`STATE_KEY` (it changes only at a fold)."""
@@ -305,18 +272,19 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
             history.insert(0, track.natives[0])
         if head is not None and not start:  # the list was replaced: the head is gone
             self._merged, self._dirty = False, True
-        if self._stored is not None:
+        if self._stored is not None:  # a restored state, taken with the restored messages
             stored, self._stored = self._stored, None
             found, _, how = locate(stored, Keys(history, _SPEC.key))
-            return history, track.restore(history, stored, 0, [], found == 0 and how == "exact")
-        if track.follows(history):
+            trusted = found == 0 and how == "exact"
+        elif track.follows(history):
             return history, track.new(history)
-        costs = dict(zip(map(id, track.natives), track.memory.costs()))  # keep what is still there
-        known = next((i for i, m in enumerate(history) if id(m) not in costs), len(history))
-        stored = State(track.memory.summary)
-        stored.costs, stored.counter = [costs[id(m)] for m in history[:known]], self._identity
-        self._restart(stored.summary)
-        return history, self._track.restore(history, stored, 0, [], True)
+        else:  # another list: the costs of the messages still there are kept
+            costs = dict(zip(map(id, track.natives), track.memory.costs()))
+            known = next((i for i, m in enumerate(history) if id(m) not in costs), len(history))
+            stored, trusted = State(track.memory.summary), True
+            stored.costs, stored.counter = [costs[id(m)] for m in history[:known]], self._identity
+            self._restart(stored.summary)
+        return history, self._track.restore(history, stored, 0, [], trusted)
 
     def _folded(self, count: int) -> bool:
         """After ``count`` messages folded: they leave ``agent.messages`` at the next render."""
@@ -360,28 +328,28 @@ class RollingConversationManager(Configured, ConversationManager):  # type: igno
 
     def _truncate_largest(self) -> bool:
         """Truncate the largest tool result still over :data:`_MIN_TRUNCATE` tokens to half."""
-        best: Optional[tuple[int, Any, int, str, str]] = None
+        found: list[tuple[int, Any, int, str, str]] = [
+            (0, None, 0, "", "")
+        ]  # (shown, native, block, id, text)
         for native in self._track.natives:
             for position, block in enumerate(native.get("content", ())):
-                if isinstance(block, Mapping) and "toolResult" in block:
-                    call_id = str(block["toolResult"].get("toolUseId"))
-                    text = _join([_block_text(item) for item in block["toolResult"].get("content", [])])
+                result = block.get("toolResult") if isinstance(block, Mapping) else None
+                if isinstance(result, Mapping):
+                    call_id = str(result.get("toolUseId"))
+                    text = _join([_block_text(item) for item in result.get("content", [])])
                     if call_id not in self._truncated:
                         self._truncated[call_id] = (self._count(text),) * 2
-                    shown = self._truncated[call_id][1]
-                    if shown > _MIN_TRUNCATE and (best is None or shown > best[0]):
-                        best = (shown, native, position, call_id, text)
-        if best is None:
+                    found.append((self._truncated[call_id][1], native, position, call_id, text))
+        shown, native, position, call_id, text = max(found, key=lambda candidate: candidate[0])
+        if shown <= _MIN_TRUNCATE:
             return False
-        shown, native, position, call_id, text = best
         tokens, allowed = self._truncated[call_id][0], shown // 2
         self._truncated[call_id] = (tokens, allowed)
         result = {k: x for k, x in native["content"][position]["toolResult"].items() if k != "content"}
         note = TRUNCATION_NOTE.format(before=tokens, after=allowed)
         result["content"] = [{"text": _prefix(text, tokens, allowed, self._count) + "\n" + note}]
         current = self._copies.get(id(native), native)
-        content = list(current["content"])
-        content[position] = {"toolResult": result}
+        content = [{"toolResult": result} if i == position else b for i, b in enumerate(current["content"])]
         self._copies[id(native)] = {**current, "content": content}
         self._dirty = True
         return True
