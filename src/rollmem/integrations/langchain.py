@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union, cast
+from typing import Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
 from .._extras import missing_extra
@@ -39,13 +39,7 @@ try:
         OmitFromInput,
         PrivateStateAttr,
     )
-    from langchain_core.messages import (
-        AnyMessage,
-        BaseMessage,
-        HumanMessage,
-        RemoveMessage,
-        SystemMessage,
-    )
+    from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage, SystemMessage
     from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
     from langgraph.runtime import Runtime
     from typing_extensions import Annotated, NotRequired, TypeAlias
@@ -57,19 +51,12 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         raise
     raise _missing from exc
 
-if TYPE_CHECKING and sys.version_info >= (3, 10):
-    _Request: TypeAlias = ModelRequest[Any]
-    _Runtime: TypeAlias = Runtime[Any]
-    _AnyMessage: TypeAlias = AnyMessage
-else:
-    # At run time nothing is subscripted (langchain 1.0's ModelRequest is not generic).
-    # mypy runs at python_version 3.9 and takes this branch too: there it cannot evaluate langgraph's
-    # ContextT (bound ``StateLike | None``) nor langchain-core's ``AnyMessage`` (a run-time ``|``
-    # union), so ModelRequest and Runtime take no type arguments and messages are BaseMessage.
-    # The aliases are explicit so that they stay aliases (of Any) where the extra is missing.
-    _Request: TypeAlias = ModelRequest
-    _Runtime: TypeAlias = Runtime
-    _AnyMessage: TypeAlias = BaseMessage
+# Nothing subscripted: langchain 1.0's ModelRequest is not generic, and mypy (at Python 3.9) cannot
+# evaluate langgraph's ContextT nor langchain-core's AnyMessage (a run-time ``|`` union). Explicit
+# aliases stay aliases (of Any) where the extra is missing.
+_Request: TypeAlias = ModelRequest
+_Runtime: TypeAlias = Runtime
+_AnyMessage: TypeAlias = BaseMessage
 
 __all__ = ["CURSOR_KEY", "SUMMARY_KEY", "RollingMemoryMiddleware", "RollingMemoryState"]
 __all__ += ["langchain_summarizer"]
@@ -125,16 +112,13 @@ class _Messages(Spec[BaseMessage]):
 class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]):  # type: ignore[misc, unused-ignore]
     """``create_agent`` middleware: the model sees a running summary plus the newest messages.
 
-    ``RollingMemoryMiddleware(max_tokens=2000, summarize_fn=None, token_counter=None, *,
-    target_tokens=None, pin=None, prune_folded=False, summary_message=None)``: the settings of
-    :class:`~rollmem.RollingMemory`, checked the same way. The model receives the system prompt, then
+    The settings are :class:`~rollmem.RollingMemory`'s. The model receives the system prompt,
     ``summary_message(summary)``, then the newest messages verbatim (the state's own objects); older
-    ones are folded by one ``summarize_fn(summary, evicted)`` call (``evicted`` converted with
-    :func:`rollmem.adapters.langchain.from_langchain`), each once; ``pin(message)`` keeps one for
-    good. Summary and fold position are agent state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`),
-    written only at a fold; ``prune_folded`` also removes folded messages from the state. A
-    coroutine ``summarize_fn`` needs ``ainvoke``; a failing one changes no state. Each fold is a
-    ``rollmem.fold`` run in LangChain's callbacks (so it shows in LangSmith).
+    ones fold by one ``summarize_fn(summary, evicted)`` call (``evicted`` converted with
+    :func:`rollmem.adapters.langchain.from_langchain`); ``pin(message)`` keeps one for good. The
+    summary and fold position are agent state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`), written
+    only at a fold; ``prune_folded`` also removes folded messages from the state. A coroutine
+    ``summarize_fn`` needs ``ainvoke``. Each fold is a ``rollmem.fold`` run in LangChain's callbacks.
     """
 
     state_schema = RollingMemoryState
@@ -160,11 +144,8 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
     def summary_message(self, summary: str) -> _AnyMessage:
         """The message that carries a non-empty summary: ``summary_message(summary)`` when given,
         else ``SystemMessage(summary)``."""
-        message = (
-            SystemMessage(content=summary)
-            if self._summary_message is None
-            else self._summary_message(summary)
-        )
+        make = self._summary_message or (lambda text: SystemMessage(content=text))
+        message = make(summary)
         if not isinstance(message, BaseMessage):
             raise TypeError(f"summary_message returned {v.type_name(message)}; expected a BaseMessage")
         return message
@@ -335,9 +316,7 @@ def _split_summary(messages: Sequence[BaseMessage]) -> tuple[str, list[Message]]
         )
     rest = list(messages)
     text = from_langchain([rest.pop(marked[0])])[0].content if marked else ""
-    return text[len(_LC_SUMMARY_PREFIX) :] if text.startswith(_LC_SUMMARY_PREFIX) else text, from_langchain(
-        rest
-    )
+    return text.removeprefix(_LC_SUMMARY_PREFIX), from_langchain(rest)
 
 
 def langchain_summarizer(
