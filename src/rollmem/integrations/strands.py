@@ -7,6 +7,7 @@ import json
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from typing import Any, Optional, Union
 
 from .. import _validate as v
@@ -44,8 +45,7 @@ _MIN_TRUNCATE = 16  # a tool result of at most this many tokens is not truncated
 
 def cached_prefix(summary: str, evicted: list[Message]) -> list[Message]:
     """``summary_as`` for :func:`rollmem.summarizers.cached_summarizer`: the summary as the manager
-    puts it (the first text of the first user turn), then the evicted messages, so the
-    summarizer's request opens as the agent's last request did."""
+    puts it (opening the first user turn), then the evicted messages: the request the agent sent."""
     text, first = SUMMARY_HEADER + summary, evicted[0] if evicted else None
     if not summary or first is None or first.role != USER or first.tool_call_id is not None:
         return [Message(USER, text), *evicted] if summary else list(evicted)
@@ -81,18 +81,15 @@ def _join(texts: Sequence[str]) -> str:
 
 def _tracking_id(message: Mapping[str, Any]) -> Optional[str]:
     ident = message.get("tracking_id")
-    return ident if isinstance(ident, str) and ident else None
+    return ident or None if isinstance(ident, str) else None
 
 
 def _convert(message: object, path: str) -> list[Message]:
     data = v.expect_mapping(message, path)
     role = v.get_str(data, "role", path)
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    results: list[Message] = []
+    texts, calls, results = list[str](), list[ToolCall](), list[Message]()
     for index, block in enumerate(v.get_list(data, "content", path)):
-        where = v.join(v.join(path, "content"), index)
-        block = v.expect_mapping(block, where)
+        block = v.expect_mapping(block, where := v.join(v.join(path, "content"), index))
         if "toolUse" in block:
             where = v.join(where, "toolUse")
             use, arguments = v.expect_mapping(block["toolUse"], where), block["toolUse"].get("input", {})
@@ -102,13 +99,10 @@ def _convert(message: object, path: str) -> list[Message]:
             where = v.join(where, "toolResult")
             result = v.expect_mapping(block["toolResult"], where)
             items = enumerate(v.get_list(result, "content", where, default=[]))
-            text = _join(
-                [_block_text(v.expect_mapping(x, v.join(v.join(where, "content"), i))) for i, x in items]
-            )
+            text = _join([_block_text(v.expect_mapping(x, f"{where}.content[{i}]")) for i, x in items])
             meta = {"is_error": True} if result.get("status") == "error" else {}
-            results.append(
-                Message(TOOL, text, tool_call_id=v.get_str(result, "toolUseId", where), metadata=meta)
-            )
+            call_id = v.get_str(result, "toolUseId", where)
+            results.append(Message(TOOL, text, tool_call_id=call_id, metadata=meta))
         else:
             texts.append(_block_text(block))
     wrong = "toolUse" if calls and role != ASSISTANT else "toolResult" if results and role != USER else None
@@ -121,19 +115,16 @@ def _convert(message: object, path: str) -> list[Message]:
 
 
 def to_rollmem(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """Strands messages as rollmem messages, as ``summarize_fn`` receives them: an assistant message
-    with its ``toolUse`` s as tool calls, one tool message per ``toolResult`` (then the user's other
-    text), ``id`` the ``tracking_id``; media as markers (``[image: png]``). Bad messages raise
-    ``ValueError``/``TypeError`` naming ``messages[i]`` (the docs page details the conversion)."""
+    """Strands messages as rollmem messages, as ``summarize_fn`` receives them: ``toolUse`` s as tool
+    calls, one tool message per ``toolResult`` (then the user's other text), ``id`` the
+    ``tracking_id``, media as markers (``[image: png]``). Bad messages raise naming ``messages[i]``."""
     return [m for index, message in enumerate(messages) for m in _convert(message, v.join("messages", index))]
 
 
 class _Messages(Spec[Any]):
     def units(self, natives: Sequence[Any], track: Track[Any]) -> list[Message]:
-        paths = (v.join("agent.messages", i) for i in range(len(natives)))
-        return [
-            unit_of(_convert(native, path), id=_tracking_id(native)) for native, path in zip(natives, paths)
-        ]
+        at = "agent.messages"
+        return [unit_of(_convert(n, f"{at}[{i}]"), id=_tracking_id(n)) for i, n in enumerate(natives)]
 
     def messages(self, natives: Sequence[Any]) -> list[Message]:
         return to_rollmem(natives)
@@ -214,8 +205,7 @@ class RollingConversationManager(Configured, _ConversationManager):  # type: ign
         self._render(event.agent)
 
     def apply_management(self, agent: Any, **kwargs: Any) -> None:
-        """Take in the new messages and fold what is over budget (a coroutine ``summarize_fn``:
-        at the next model call)."""
+        """Take in the new messages, fold what is over budget (a coroutine: at the next model call)."""
         history, new = self._sync(agent)
         if not self._async:
             self._folded(len(self._track.add(history, new)))
@@ -253,14 +243,11 @@ class RollingConversationManager(Configured, _ConversationManager):  # type: ign
         super().restore_from_session(state)
         self._restart(stored.summary, stored)
         self._state = dict(state[STATE_KEY])
-        if not stored.summary:
-            return None
-        self._head = _text_turn(SUMMARY_HEADER + stored.summary, "summary")
-        return [self._head]
+        self._head = _text_turn(SUMMARY_HEADER + stored.summary, "summary") if stored.summary else None
+        return None if self._head is None else [self._head]
 
     def _sync(self, agent: Any) -> tuple[list[Any], list[int]]:
-        """The conversation as the track knows it (originals of truncated copies, the first kept
-        message for a head that stands for it), and the positions to add."""
+        """The history as the track knows it (no head, no truncated copies) and the positions to add."""
         messages: list[Any] = agent.messages
         head, track = self._head, self._track
         start = 1 if head is not None and messages and messages[0] is head else 0
@@ -291,9 +278,8 @@ class RollingConversationManager(Configured, _ConversationManager):  # type: ign
         if not count:
             return False
         track = self._track
-        if self._copies:
-            alive = {id(native) for native in track.natives}
-            self._copies = {key: copy for key, copy in self._copies.items() if key in alive}
+        alive = {id(native) for native in track.natives}
+        self._copies = {key: copy for key, copy in self._copies.items() if key in alive}
         self.removed_message_count += count
         track.count, track.index, track.kept = len(track.natives), list(range(len(track.natives))), 0
         self._state = track.state(Keys(track.natives, _SPEC.key))
@@ -321,16 +307,13 @@ class RollingConversationManager(Configured, _ConversationManager):  # type: ign
     def _keep_half(self) -> int:
         """How many newest messages hold at most half the buffer's tokens (at least 1)."""
         costs = self._track.memory.costs()
-        kept, total, half = 0, 0, sum(costs) // 2
-        while kept < len(costs) and total + costs[-1 - kept] <= half:
-            total, kept = total + costs[-1 - kept], kept + 1
-        return max(kept, 1)
+        half = sum(costs) // 2
+        return max(sum(1 for total in accumulate(reversed(costs)) if total <= half), 1)
 
     def _truncate_largest(self) -> bool:
         """Truncate the largest tool result still over :data:`_MIN_TRUNCATE` tokens to half."""
-        found: list[tuple[int, Any, int, str, str]] = [
-            (0, None, 0, "", "")
-        ]  # (shown, native, block, id, text)
+        # (tokens shown, native, block position, call id, text) of each result
+        found: list[tuple[int, Any, int, str, str]] = [(0, None, 0, "", "")]
         for native in self._track.natives:
             for position, block in enumerate(native.get("content", ())):
                 result = block.get("toolResult") if isinstance(block, Mapping) else None
