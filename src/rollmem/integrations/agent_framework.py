@@ -24,8 +24,9 @@ from ..adapters import CONTINUATION_TEXT
 from ..errors import InvalidStateError
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Spec, Track, opening_turn, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Configured, opening_turn, unit_of
 from ._state import Keys, locate, read_state
+from ._track import Spec, Track
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_SOURCE_ID", "SUMMARY_MARKER", "RollingCompaction"]
 

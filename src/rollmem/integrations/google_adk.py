@@ -18,8 +18,9 @@ from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Spec, Track, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Configured, unit_of
 from ._state import Keys, locate, read_state
+from ._track import Spec, Track
 
 __all__ = ["DEFAULT_MAX_TOKENS", "STATE_PREFIX", "RollingMemoryPlugin", "summary_instruction"]
 

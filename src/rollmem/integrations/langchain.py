@@ -24,8 +24,9 @@ from ..adapters.langchain import from_langchain
 from ..errors import InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import USER, Message
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Finish, Spec, Tracer, Track, is_async
+from ._engine import DEFAULT_MAX_TOKENS, Configured, Finish, Tracer, is_async
 from ._state import Keys, locate, read_state
+from ._track import Spec, Track
 
 _PACKAGES = {"langchain": "langchain", "langchain_core": "langchain-core", "langgraph": "langgraph"}
 

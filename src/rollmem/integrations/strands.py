@@ -16,8 +16,9 @@ from ..adapters import CONTINUATION_TEXT
 from ..errors import InvalidStateError
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Spec, Track, is_async, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Configured, is_async, unit_of
 from ._state import Keys, State, locate, read_state
+from ._track import Spec, Track
 
 _FEATURE = __name__ if sys.version_info >= (3, 10) else f"{__name__} (Python 3.10+)"
 
