@@ -1,15 +1,10 @@
 """A rolling summary for LlamaIndex's ``Memory``: :class:`RollingSummaryBlock`.
 
-Needs the ``llama-index`` extra (``pip install "rollmem[llama-index]"``: ``llama-index-core``,
-Python 3.10+). Importing this module does not import LlamaIndex: the first access to
-``RollingSummaryBlock`` does (once), and raises :class:`~rollmem.errors.MissingExtraError` when it
-is missing. LlamaIndex's ``Memory`` flushes the oldest messages of its short-term queue to its
-memory blocks; the block folds them into a running summary with ``summarize_fn(summary, evicted)``
-(sync or async), and ``memory.get()`` shows it in the memory message. ``ChatMessage`` objects
-become rollmem messages: the role (``chatbot`` and ``model`` are ``assistant``), text blocks
-joined, ``ToolCallBlock`` s and ``additional_kwargs["tool_calls"]`` as tool calls (arguments as
-compact JSON), ``tool_call_id`` and ``name`` from ``additional_kwargs``; media as ``[image]``-style
-placeholders, thinking and cache points left out.
+Needs the ``llama-index`` extra (Python 3.10+). Importing this module does not import LlamaIndex:
+the first access to ``RollingSummaryBlock`` does (once), raising
+:class:`~rollmem.errors.MissingExtraError` when it is missing. ``ChatMessage`` objects become rollmem
+messages as the docs page says (``chatbot``/``model`` are ``assistant``; tool calls from blocks and
+``additional_kwargs``; media as ``[image]``-style placeholders; thinking and cache points left out).
 """
 
 from __future__ import annotations
@@ -151,19 +146,13 @@ def _build_block_class() -> type:
     base: Any = memory_module.BaseMemoryBlock[str]
 
     class RollingSummaryBlock(base):  # type: ignore[misc]  # base is Any: see module docstring
-        """A LlamaIndex memory block (``BaseMemoryBlock[str]``) holding a rolling summary.
-
-        Pass it to ``Memory.from_defaults(memory_blocks=[...])``. The messages the short-term
-        memory flushes are folded into the summary by one ``summarize_fn(summary, evicted)`` call
-        per flush (sync or coroutine function; ``evicted`` are rollmem messages, each summarized
-        once). The block's text is the summary. When the summarizer fails, the error goes to
-        ``on_error(error)`` (default: a warning on the ``"rollmem"`` logger) and the messages stay
-        *pending*: retried with the next flush, shown verbatim meanwhile under
-        :data:`PENDING_HEADING` (:meth:`afold` retries at once). With a ``priority`` above 0,
-        LlamaIndex may ask the block to shrink its text: it keeps the newest lines that fit,
-        measured with ``token_counter`` (default: words), never changing the summary. Save it with
-        :meth:`to_dict` (rollmem's state format) and restore it with :meth:`from_dict`.
-        """
+        """A LlamaIndex memory block (``BaseMemoryBlock[str]``) holding a rolling summary, for
+        ``Memory.from_defaults(memory_blocks=[...])``: each flush of the short-term memory folds
+        by one ``summarize_fn(summary, evicted)`` call (sync or async; rollmem messages). When it
+        fails, the error goes to ``on_error(error)`` (default: a warning on the ``"rollmem"``
+        logger) and the messages stay *pending* (retried with the next flush, shown meanwhile
+        under :data:`PENDING_HEADING`). Asked to shrink, the text keeps its newest lines that fit
+        (by ``token_counter``). Save with :meth:`to_dict`, restore with :meth:`from_dict`."""
 
         name: str = Field(default="summary", description="The name of the memory block.")
         summarize_fn: Any = Field(

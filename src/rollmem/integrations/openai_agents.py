@@ -1,13 +1,9 @@
 """A rolling-summary session for the OpenAI Agents SDK: ``Runner.run(agent, input, session=...)``.
 
-Needs the ``openai-agents`` extra (``pip install "rollmem[openai-agents]"``). :class:`RollingSession`
-implements the SDK's ``Session`` protocol structurally and imports nothing from the SDK (building
-one checks it is installed: :class:`~rollmem.errors.MissingExtraError` otherwise). Its memory's
-messages are the items converted by :func:`~rollmem.adapters.openai.from_openai_responses`, which
-keeps each original item, so budget, units and alignment are the core's, ``summarize_fn`` gets
-rollmem messages and the items come back unchanged. :meth:`RollingSession.get_items` opens with a
-summary item ``{"role": "system", "content": SUMMARY_HEADER + summary}``; handed back to
-``add_items``, it (and the opening user item ``CONTINUATION_TEXT``) is recognised and skipped.
+Needs the ``openai-agents`` extra (building a session checks it: :class:`~rollmem.errors.MissingExtraError`).
+:class:`RollingSession` implements the SDK's ``Session`` protocol structurally. Its memory's messages
+are the items converted by :func:`~rollmem.adapters.openai.from_openai_responses` (which keeps each
+original item): units and budget are the core's, and the items come back unchanged.
 """
 
 from __future__ import annotations
@@ -49,9 +45,7 @@ def _is_ours(item: object) -> bool:
     if not isinstance(item, Mapping) or set(item) - {"role", "content", "type"}:
         return False
     content, role = item.get("content"), item.get("role")
-    summary = (
-        role in ("system", "developer") and isinstance(content, str) and content.startswith(SUMMARY_HEADER)
-    )
+    summary = role in ("system", "developer") and str(content).startswith(SUMMARY_HEADER)
     opening = role == "user" and content in (CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN)
     return item.get("type", "message") == "message" and (summary or opening)
 
@@ -84,17 +78,12 @@ async def _pop(memory: AsyncRollingMemory) -> Optional[dict[str, Any]]:
 class RollingSession(Configured):
     """An Agents SDK session that keeps a running summary plus the recent items verbatim.
 
-    ``RollingSession(session_id, *, max_tokens=2000, summarize_fn=None, token_counter=None,
-    target_tokens=None, store=None, max_retries=10, on_evict=None, archive=None)``: the settings
-    of :class:`~rollmem.AsyncRollingMemory` (``target_tokens`` defaults to
-    :func:`rollmem.cached_target` ``(max_tokens)``). Without ``store`` the session lives in this
-    object; with a rollmem store it is kept there through :class:`~rollmem.sessions.AsyncSessions`
-    (``add_items`` and ``pop_item`` re-run on the latest state when another writer saved first,
-    :class:`~rollmem.errors.ConflictError` after ``max_retries``). If the summarizer raises, the
-    items stay (saved) and the error propagates. ``on_evict(items)`` (sync or async) and
-    ``archive`` (any SDK session, through its ``add_items``) receive what leaves the buffer, once
-    per committed eviction. Each fold is a ``rollmem.fold`` span in the SDK's current trace.
-    """
+    The settings are :class:`~rollmem.AsyncRollingMemory`'s. Without ``store`` the session lives in
+    this object; with one it is kept there through :class:`~rollmem.sessions.AsyncSessions` (writes
+    re-run when another writer saved first, up to ``max_retries``). If the summarizer raises, the
+    items stay (saved) and the error propagates. ``on_evict(items)`` (sync or async) and ``archive``
+    (any SDK session) receive what leaves the buffer. Each fold is a ``rollmem.fold`` span in the
+    SDK's current trace."""
 
     session_settings: Optional[Any] = None
     """The SDK's ``SessionSettings`` (e.g. a default ``limit`` for :meth:`get_items`), or ``None``."""
@@ -112,12 +101,8 @@ class RollingSession(Configured):
         on_evict: Optional[Callable[[list[dict[str, Any]]], Any]] = None,
         archive: Optional[Any] = None,
     ) -> None:
-        import_extra(
-            "agents.memory",
-            package="openai-agents",
-            extra="openai-agents",
-            feature=f"{__name__}.RollingSession",
-        )
+        feature = f"{__name__}.RollingSession"
+        import_extra("agents.memory", package="openai-agents", extra="openai-agents", feature=feature)
         v.check_session_id(session_id)
         self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
         v.check_callable("on_evict", on_evict, optional=True)
@@ -154,8 +139,7 @@ class RollingSession(Configured):
         return start
 
     async def _evicted(self, messages: Sequence[Message]) -> None:
-        """The memory's ``on_evict``: the evicted items, as they were added, to ``on_evict`` and
-        ``archive``."""
+        """The memory's ``on_evict``: the evicted items, as added, to ``on_evict`` and ``archive``."""
         if self.on_evict is None and self.archive is None:
             return
         items = responses_items(list(messages))
@@ -179,8 +163,7 @@ class RollingSession(Configured):
                 yield memory
 
     async def _update(self, fn: Callable[[AsyncRollingMemory], Awaitable[_T]]) -> _T:
-        """``fn(memory)``; with a store through :meth:`AsyncSessions.update` (re-run on the latest
-        state when another writer saved first)."""
+        """``fn(memory)``; with a store through :meth:`AsyncSessions.update` (re-run on conflict)."""
         if self._sessions is None:
             return await fn(self._memory)  # type: ignore[arg-type]
         return await self._sessions.update(self.session_id, fn)
