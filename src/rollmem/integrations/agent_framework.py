@@ -1,8 +1,6 @@
-"""Microsoft Agent Framework: a rolling summary as a ``CompactionStrategy``.
-
-Needs the ``agent-framework`` extra on Python 3.10+ (``pip install "rollmem[agent-framework]"``;
-checked with ``agent-framework-core`` 1.23); building a :class:`RollingCompaction` imports it, and
-raises :class:`~rollmem.errors.MissingExtraError` when it is missing. Use one object in two places::
+"""Microsoft Agent Framework: a rolling summary as a ``CompactionStrategy``. Needs the
+``agent-framework`` extra (Python 3.10+; checked with ``agent-framework-core`` 1.23): building a
+:class:`RollingCompaction` imports it (else ``MissingExtraError``). One object goes in two places::
 
     rolling = RollingCompaction(max_tokens=2000, summarize_fn=summarize)
     agent = Agent(client, tools=[...], compaction_strategy=rolling, context_providers=[rolling])
@@ -15,6 +13,7 @@ import hashlib
 import json
 import warnings
 from collections.abc import Mapping, Sequence
+from itertools import takewhile
 from operator import attrgetter
 from typing import Any, Optional, Union
 
@@ -42,11 +41,9 @@ _EXCLUDED = "_excluded"  # agent_framework.EXCLUDED_KEY: messages the framework 
 
 
 def _import() -> Any:
+    feature = f"{__name__}.RollingCompaction"
     return import_extra(
-        "agent_framework",
-        package="agent-framework-core",
-        extra="agent-framework",
-        feature="rollmem.integrations.agent_framework.RollingCompaction",
+        "agent_framework", package="agent-framework-core", extra="agent-framework", feature=feature
     )
 
 
@@ -57,9 +54,7 @@ def _text(value: Any) -> str:
 def _convert(message: Any) -> list[Message]:
     """One Agent Framework message as rollmem messages: itself (text, calls, ``[type]`` markers;
     reasoning unshown) and one ``tool`` message per ``function_result``."""
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    results: list[Message] = []
+    texts, calls, results = list[str](), list[ToolCall](), list[Message]()
     for content in message.contents:
         kind = content.type
         if kind == "text":
@@ -83,12 +78,10 @@ def _convert(message: Any) -> list[Message]:
 def _fingerprint(message: Any) -> str:
     """A message's identity that survives copies and serialization: its role and contents (the
     framework sets ``author_name`` and ids after the fact; they are left out)."""
-    contents = []
-    for content in message.contents:
-        data = content.to_dict(exclude_none=True)
-        data.pop("additional_properties", None)
-        data.pop("raw_representation", None)
-        contents.append(data)
+    left_out = ("additional_properties", "raw_representation")
+    contents = [
+        {k: x for k, x in c.to_dict(exclude_none=True).items() if k not in left_out} for c in message.contents
+    ]
     text = json.dumps([str(message.role), contents], ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -123,13 +116,10 @@ class _Binding:
 
 class RollingCompaction(Configured):
     """An Agent Framework ``CompactionStrategy`` (and context provider): before every model call
-    the oldest units fold into a summary (the settings of :class:`~rollmem.AsyncRollingMemory`;
-    ``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``), and the request
-    is the leading system messages, the summary (marked, see :data:`SUMMARY_MARKER`), a user turn
-    when the kept messages would not open with one, and the kept messages (folded ones stay, marked
-    excluded). The state is kept in ``session.state[source_id]``; half a wiring warns. A failing
-    ``summarize_fn`` changes no state; another conversation's state raises
-    :class:`~rollmem.errors.InvalidStateError`."""
+    the oldest units fold into a summary (the settings are :class:`~rollmem.AsyncRollingMemory`'s);
+    the request is the leading system messages, the summary (see :data:`SUMMARY_MARKER`), a user
+    turn where needed, and the kept messages (folded ones stay, marked excluded). The state is kept
+    in ``session.state[source_id]``; half a wiring warns."""
 
     after_run_once_per_turn = False
     """Read by the agent: the state is committed after every run."""
@@ -200,13 +190,8 @@ class RollingCompaction(Configured):
         if binding is not None:
             binding.called = True
         data, key = (self._own, "own") if binding is None else (binding.working, binding.key)
-        standing = 0  # the system messages the list opens with: the summary goes after them
-        while (
-            standing < len(messages)
-            and messages[standing].role == SYSTEM
-            and not _is_ours(messages[standing])
-        ):
-            standing += 1
+        # the system messages the list opens with: the summary goes after them
+        standing = len(list(takewhile(lambda m: m.role == SYSTEM and not _is_ours(m), messages)))
         previous = {}
         while standing < len(messages) and _is_ours(messages[standing]):
             mine = messages.pop(standing)

@@ -1,10 +1,6 @@
-"""Google ADK agents: a rolling memory as a plugin, :class:`RollingMemoryPlugin`.
-
-Needs the ``google-adk`` extra (``pip install "rollmem[google-adk]"``, Python 3.10+; checked with
-google-adk 2.0.0 and 2.13.0); importing this module imports it, and raises
-:class:`~rollmem.errors.MissingExtraError` when it is missing. ADK is imported by name (mypy runs
-at Python 3.9, which ADK does not support), so its objects are typed ``Any`` here.
-"""
+"""Google ADK agents: a rolling memory as a plugin, :class:`RollingMemoryPlugin`. Needs the
+``google-adk`` extra (Python 3.10+; checked with google-adk 2.0.0 and 2.13.0): importing this
+module imports it (else :class:`~rollmem.errors.MissingExtraError`); its objects are typed ``Any``."""
 
 from __future__ import annotations
 
@@ -48,25 +44,19 @@ def _fingerprint(content: Any) -> str:
     return hashlib.sha256(content.model_dump_json(exclude_none=True).encode("utf-8")).hexdigest()[:16]
 
 
+_PART_FIELDS = ("executable_code", "code_execution_result", "inline_data", "file_data")
+
+
 def _plain_text(part: Any) -> Optional[str]:
     """The text a part other than a function call or response adds; ``None`` when none."""
-    code, result, data, file = (
-        part.executable_code,
-        part.code_execution_result,
-        part.inline_data,
-        part.file_data,
-    )
     if getattr(part, "thought", None):
         return None  # thoughts travel with their content and are not counted
+    code, result, data, file = (getattr(part, name) for name in _PART_FIELDS)
     if part.text is not None or code is not None or result is not None:
         return str(part.text if part.text is not None else (code.code if code else result.output) or "")
-    if data is not None or file is not None:
-        return (
-            f"[{data.mime_type or 'inline data'}]"
-            if data
-            else f"[{file.mime_type or 'file'}: {file.file_uri}]"
-        )
-    return None
+    if data is not None:
+        return f"[{data.mime_type or 'inline data'}]"
+    return None if file is None else f"[{file.mime_type or 'file'}: {file.file_uri}]"
 
 
 def _json(value: Any, compact: bool = False) -> str:
@@ -96,9 +86,7 @@ class _Converter:
 
     def convert(self, content: Any, tag: str = "") -> list[Message]:
         """One content as rollmem messages (``tag`` is not used)."""
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        results: list[Message] = []
+        texts, calls, results = list[str](), list[ToolCall](), list[Message]()
         for part in content.parts or ():
             call, response = part.function_call, part.function_response
             if call is not None:
@@ -108,10 +96,8 @@ class _Converter:
             elif response is not None:
                 name = response.name or ""
                 body = "" if response.response is None else _json(response.response)
-                meta = {"name": name} if name else {}
-                results.append(
-                    Message(TOOL, body, tool_call_id=self._answer(name, response.id), metadata=meta)
-                )
+                meta, call_id = {"name": name} if name else {}, self._answer(name, response.id)
+                results.append(Message(TOOL, body, tool_call_id=call_id, metadata=meta))
             elif _plain_text(part) is not None:
                 texts.append(str(_plain_text(part)))
         if content.role == "model":
@@ -134,9 +120,7 @@ class _Contents(Spec[Any]):
 
     def current(self, track: Track[Any], slot: int) -> Any:
         contents, position = track.context.contents, track.index[slot]
-        return (
-            contents[position] if contents is not None and position < len(contents) else track.natives[slot]
-        )
+        return contents[position] if contents and position < len(contents) else track.natives[slot]
 
 
 _SPEC = _Contents()
@@ -160,15 +144,12 @@ def _calls(content: Any) -> bool:
 
 
 class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
-    """An ADK plugin: each model request gets a running summary plus the newest contents, within
-    ``max_tokens`` (the settings of :class:`~rollmem.AsyncRollingMemory`; ``target_tokens``
-    defaults to :func:`rollmem.cached_target` ``(max_tokens)``). Before each model call it folds
-    the oldest units of the request's contents; the model gets the instruction with
-    ``summary_text(summary)`` appended, a user turn :data:`rollmem.adapters.CONTINUATION_TEXT`
-    where Gemini needs one, then the kept contents; a pending call stays, a response posted back
-    after its call folded comes with its call. The session's events are never changed; the state
-    (session state, :meth:`state_key`) changes only at a fold. A failing ``summarize_fn`` fails
-    the run and changes no state."""
+    """An ADK plugin: each model request gets a running summary plus the newest contents within
+    ``max_tokens`` (the settings are :class:`~rollmem.AsyncRollingMemory`'s). Before each model call
+    it folds the oldest units of the request's contents; the model gets the instruction with
+    ``summary_text(summary)`` appended, then the kept contents (a user turn first where Gemini needs
+    one; a pending call kept, a response posted back shown with its call). The session's events are
+    never changed; the session state (:meth:`state_key`) changes only at a fold."""
 
     def __init__(
         self,
