@@ -1,10 +1,7 @@
-"""The engine every framework integration runs on (private to :mod:`rollmem.integrations`, with
-:mod:`._track`, the live track of a conversation, and :mod:`._state`, the state kept in the
-framework). An integration gives each of its framework's message objects (*natives*) one rollmem
-*unit*, so the core's rules decide what folds; this module holds the settings and defaults
-(:func:`new_memory`: every integration's fold rule), the summarizer that receives the natives
-converted afresh at fold time and traces the fold, a small LRU of live tracks, and conversion helpers.
-"""
+"""The engine every framework integration runs on (private; with ``_track``, a conversation's
+live track, and ``_state``, the state kept in the framework): each framework message (*native*)
+is one rollmem *unit*, so the core's rules decide what folds. Here: the settings and defaults
+(:func:`new_memory`), the summarizer converting at fold time and tracing, a small LRU, helpers."""
 
 from __future__ import annotations
 
@@ -31,14 +28,12 @@ DEFAULT_MAX_TOKENS = 2000
 Resolve = Callable[[Sequence[Message]], list[Message]]
 Finish = Callable[[dict[str, int], Optional[BaseException]], None]
 Tracer = Callable[[dict[str, int]], Finish]
-"""``tracer(attributes)`` starts a fold's span (``rollmem.fold.messages``,
-``rollmem.fold.tokens_before``, ``rollmem.fold.tokens_after``) and returns ``finish(attributes, error)``
-(``rollmem.fold.summary_tokens``; ``error`` when the summarizer raised)."""
+"""``tracer(attributes)`` starts a fold's span (``rollmem.fold.messages``, ``.tokens_before``,
+``.tokens_after``); ``finish(attributes, error)`` ends it (``.summary_tokens``, the error raised)."""
 
 
 class Configured:
-    """The settings every integration takes, checked as :class:`~rollmem.AsyncRollingMemory`
-    checks them; ``target_tokens`` defaults to :func:`rollmem.cached_target` ``(max_tokens)``."""
+    """The settings every integration takes, checked as :class:`~rollmem.AsyncRollingMemory` does."""
 
     max_tokens: int
     target_tokens: int

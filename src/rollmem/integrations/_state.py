@@ -1,8 +1,6 @@
-"""The state an integration keeps in its framework (private to :mod:`rollmem.integrations`): one
-versioned format, written at folds only (:meth:`rollmem.integrations._engine.Track.state`), whose
-size does not grow with the buffer; :func:`locate` finds the unfolded tail it describes in a
-history the framework hands back (cut, edited or with folded messages left out), and
-:func:`take_units` matches a history against a buffer kept in a store."""
+"""The state an integration keeps in its framework (private): one versioned format, written at
+folds only (``Track.state``), not growing with the buffer; :func:`locate` finds the tail it
+describes in a history; :func:`take_units` matches a history against a buffer kept in a store."""
 
 from __future__ import annotations
 
@@ -50,18 +48,10 @@ def read_state(data: object, path: str) -> State:
     state = State(v.check_text(v.get_str(data, "summary", path), v.join(path, "summary")))
     state.folded = v.check_int(v.join(path, "folded"), data.get("folded", 0), 0)
     state.recent = _items(data, "recent", path, lambda key: isinstance(key, str), "str")
-    state.first, state.counter = (
-        v.get_optional_str(data, "first", path),
-        v.get_optional_str(data, "counter", path),
-    )
-    pairs = _items(
-        data,
-        "pinned",
-        path,
-        lambda x: isinstance(x, list) and len(x) == 2 and v.is_int(x[0]) and isinstance(x[1], str),
-        "[int, str]",
-    )
-    state.pinned = [(position, key) for position, key in pairs]
+    state.first = v.get_optional_str(data, "first", path)
+    state.counter = v.get_optional_str(data, "counter", path)
+    pair = lambda x: isinstance(x, list) and len(x) == 2 and v.is_int(x[0]) and isinstance(x[1], str)  # noqa: E731
+    state.pinned = [(position, key) for position, key in _items(data, "pinned", path, pair, "[int, str]")]
     state.costs = _items(data, "costs", path, lambda cost: v.is_int(cost) and cost >= 0, "an int >= 0")
     return state
 
@@ -92,11 +82,10 @@ class Keys:
 
 
 def locate(state: State, keys: Keys, fallback: Optional[int] = None) -> tuple[Optional[int], list[int], str]:
-    """Where the unfolded tail starts in the history, the positions of the pinned natives before
-    it, and how the tail was found: ``"exact"`` (where the state says), ``"first"`` (its first
-    native elsewhere: folded natives were left out), ``"anchor"`` (after the last folded native:
-    the first unfolded one is gone), ``"prefix"`` (after the newest native still where it was
-    among the recent ones: the history was cut), or ``fallback`` and ``"lost"``."""
+    """Where the unfolded tail starts, the pinned natives before it, and how it was found:
+    ``"exact"`` (where the state says), ``"first"`` (its first native elsewhere), ``"anchor"``
+    (after the last folded native), ``"prefix"`` (after the newest recent one still in place: a
+    history cut), or ``fallback`` and ``"lost"``."""
     at, recent, size = state.folded, state.recent, len(keys.history)
     start: Optional[int]
     if not recent and state.first is None:
@@ -123,14 +112,11 @@ def locate(state: State, keys: Keys, fallback: Optional[int] = None) -> tuple[Op
 async def take_units(
     memory: Any, units: list[Message], summaries: list[str], expect: Any
 ) -> Optional[tuple[str, list[int], bool]]:
-    """Take a history's ``units`` (ids: fingerprints of their content) into a stored ``memory``
-    (an async one; one step of :meth:`rollmem.AsyncSessions.update`). With ``expect`` (the summary,
-    size and last id of the buffer ``units`` continue; ``None`` when it moved) the new units are
-    added; else the unfolded units are the pinned ones and those from the first stored one on, an
-    unknown one among them new or edited (an edit of the oldest stored ones stands right before the
-    first found; ``summaries[-1]`` restarts an empty memory). Returns the summary, the positions of
-    the units kept, and whether the history to send changed (a fold, units left out, or another
-    summary than ``summaries``)."""
+    """Take a history's ``units`` (ids: content fingerprints) into a stored async ``memory``. With
+    ``expect`` (the summary, size and last id of the buffer they continue; ``None`` when it moved)
+    the new ones are added; else the unfolded ones are the pinned ones and those from the first
+    stored one on, unknown ones among them new or edited. Returns the summary, the positions kept,
+    and whether the history to send changed (a fold, units left out, another summary)."""
     buffer, size = memory.buffer, len(memory.buffer)
     if expect is not None:
         if (memory.summary, size, buffer[-1].id if buffer else None) != expect:

@@ -53,9 +53,7 @@ class Track(Generic[N]):
 
     def __init__(self, owner: Configured, spec: Spec[N], asynchronous: bool) -> None:
         self.owner, self.spec = owner, spec
-        self.natives: list[N] = []
-        self.units: list[Message] = []
-        self.index: list[int] = []
+        self.natives, self.units, self.index = list[N](), list[Message](), list[int]()
         self.kept = self.count = 0  # count: the history's length when last seen
         self.written: Any = None  # the state this track last gave the framework
         self.context: Any = None
@@ -68,30 +66,26 @@ class Track(Generic[N]):
         """Where the contiguous tail starts in the history."""
         return self.index[self.kept] if self.kept < len(self.index) else self.count
 
-    def _resolve(self, evicted: Sequence[Message]) -> list[Message]:
-        slots: list[int] = []  # evicted units are the leading ones but pinned units
+    def _slots(self, evicted: Sequence[Message]) -> list[int]:
+        """Where the evicted units are (the leading ones but pinned units, which stay in front)."""
+        slots: list[int] = []
         for slot, unit in enumerate(self.units):
-            if len(slots) == len(evicted):
-                break
-            if unit is evicted[len(slots)]:
+            if len(slots) < len(evicted) and unit is evicted[len(slots)]:
                 slots.append(slot)
-        return self.spec.messages([self.spec.current(self, slot) for slot in slots])
+        return slots
+
+    def _resolve(self, evicted: Sequence[Message]) -> list[Message]:
+        return self.spec.messages([self.spec.current(self, slot) for slot in self._slots(evicted)])
 
     def _evicted(self, evicted: Sequence[Message]) -> None:
-        """The memory's ``on_evict``: the evicted units (the leading ones but pinned units, which
-        stay in front) leave ``units``, ``natives`` and ``index``."""
-        stays: list[int] = []
-        found = cut = 0
-        while found < len(evicted):
-            if self.units[cut] is evicted[found]:
-                self.folded.append((self.index[cut], self.natives[cut]))
-                found += 1
-            else:
-                stays.append(cut)
-            cut += 1
-        self.units[:cut] = [self.units[i] for i in stays]
-        self.natives[:cut] = [self.natives[i] for i in stays]
-        self.index[:cut] = [self.index[i] for i in stays]
+        """The memory's ``on_evict``: the evicted units leave ``units``, ``natives`` and ``index``."""
+        slots = self._slots(evicted)
+        cut = slots[-1] + 1 if slots else 0
+        stays = sorted(set(range(cut)).difference(slots))
+        self.folded += [(self.index[slot], self.natives[slot]) for slot in slots]
+        lists: tuple[list[Any], ...] = (self.units, self.natives, self.index)
+        for items in lists:
+            items[:cut] = [items[i] for i in stays]
         self.kept = len(stays) + max(self.kept - cut, 0)
 
     def _pin_pending(self, units: list[Message]) -> list[Message]:

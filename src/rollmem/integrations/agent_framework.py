@@ -232,12 +232,10 @@ class RollingCompaction(Configured):
         state = read_state(data or None, where)
         start, pinned, how = locate(state, Keys(conversation, _fingerprint))
         if start is None:
+            gone = "the messages hold neither the last message folded into the summary nor the first one kept"
+            why = "another conversation's state, or a history provider that did not load the history"
             raise InvalidStateError(
-                v.join(where, "first"),
-                "the messages hold neither the last message folded into the summary nor the first one "
-                "kept: this state belongs to another conversation, or the history provider did not "
-                "load the history (give each session its own state: context_providers=[the "
-                "RollingCompaction])",
+                v.join(where, "first"), f"{gone}: {why} (context_providers=[the strategy])"
             )
         track.written = dict(data) or None
         return track.restore(conversation, state, start, pinned, how in ("exact", "first"))

@@ -215,9 +215,8 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
     def _rebuild(
         self, contents: list[Any], data: Any, key: str, old: Optional[Track[Any]]
     ) -> tuple[Track[Any], list[int]]:
-        """A track from the state: where the tail starts (else from the fold position, the newest
-        content always), the pinned contents before it with the responses right after them, and the
-        contents a live track held (matched by fingerprint)."""
+        """A track from the state: the tail (else from the fold position), the pinned contents with
+        their responses, and those a live track held (by fingerprint)."""
         state = read_state(data, key)
         track: Track[Any] = Track(self, _SPEC, asynchronous=True)
         track.context = _Context(contents)
@@ -245,8 +244,8 @@ def _follows(track: Track[Any], contents: list[Any]) -> bool:
 
 
 def _seen(track: Track[Any], contents: list[Any], new: Sequence[int]) -> None:
-    """Remember the fingerprints the next calls check (the newest content's, the new calls'), then
-    let go of the request (touching each of its contents would cost O(buffer) per call)."""
+    """Keep the fingerprints the next calls check (the newest content's, the new calls'), and let
+    go of the request (touching each content would cost O(buffer) per call)."""
     keys: Keys = track.context.keys
     keys.history = contents
     for position in [*(p for p in new if _calls(contents[p])), len(contents) - 1]:
@@ -258,9 +257,8 @@ def _seen(track: Track[Any], contents: list[Any], new: Sequence[int]) -> None:
 
 def _resumes(track: Track[Any], contents: list[Any]) -> bool:
     """ADK's request for a response posted back to an earlier call (a long-running tool, a
-    confirmation): the history up to the call, then the response. In the next requests the
-    response takes the place of the call's first response, or comes right after the call (which
-    comes back too when ADK left it out while it had no response): the track takes them there."""
+    confirmation): the history up to the call, then the response. The track takes the response
+    where the next requests have it (after the call, or in place of its first response)."""
     size, keys = len(contents), track.context.keys
     call, response = size - 2, contents[-1]
     if call < 0 or size > track.count or not _is_response(response) or not _calls(contents[call]):
@@ -283,17 +281,15 @@ def _resumes(track: Track[Any], contents: list[Any]) -> bool:
 
 
 def _moved(track: Track[Any]) -> dict[str, Any]:
-    """The state after a response came back: positions as the track has them now, the responses
-    among the pinned contents; costs counted again after a restart."""
+    """The state after a response came back: positions as they are now (costs counted again)."""
     keys: Keys = track.context.keys
     pinned = [[i, keys(i)] for i in track.index[: track.kept] if keys(i) is not None]
     return {**track.written, "folded": track.start, "pinned": pinned, "costs": []}
 
 
 def _render(track: Track[Any], contents: list[Any]) -> None:
-    """Rewrite the request's contents in place: the pinned ones, a response shown with its call
-    when the call was folded, then the tail; a user turn first when the first is not the user's,
-    and between two model turns (Gemini takes a function call turn only after a user turn)."""
+    """Rewrite the request's contents in place: the pinned ones (a response with its call), then
+    the tail; a user turn first, and between two model turns (as Gemini needs)."""
     size, start = len(contents), track.start
     shown = [i for i in track.index[: track.kept] if i < size] + ([start] if start < size else [])
     for position in list(shown):

@@ -323,14 +323,11 @@ def _split_summary(messages: Sequence[BaseMessage]) -> tuple[str, list[Message]]
 def langchain_summarizer(
     summarize_fn: Union[SummarizeFn, AsyncSummarizeFn],
 ) -> Union[Callable[[list[_AnyMessage]], str], Callable[[list[_AnyMessage]], Awaitable[str]]]:
-    """A ``summarizer`` for LangChain's ``SummarizationMiddleware`` (langchain 1.5+) that calls a
-    rollmem ``summarize_fn(summary, evicted)``: the list it is handed (its previous summary, a
-    ``HumanMessage`` marked ``additional_kwargs["lc_source"] == "summarization"``, then the evicted
-    messages) is split back into the previous summary's text without LangChain's prefix and the
-    other messages converted with :func:`rollmem.adapters.langchain.from_langchain`. A coroutine
-    ``summarize_fn`` gives a coroutine function. Pass ``trim_tokens_to_summarize=None`` to the
-    middleware, or what it trims (the previous summary among it) never reaches ``summarize_fn``.
-    """
+    """A ``summarizer`` for LangChain's ``SummarizationMiddleware`` (langchain 1.5+) calling a
+    rollmem ``summarize_fn(summary, evicted)``: the previous summary's text (LangChain's marked
+    message, without its prefix) and the other messages converted with
+    :func:`rollmem.adapters.langchain.from_langchain`. Pass ``trim_tokens_to_summarize=None`` to
+    the middleware, or what it trims never reaches ``summarize_fn``."""
     if not callable(summarize_fn):
         raise TypeError(f"summarize_fn: expected a callable, got {v.type_name(summarize_fn)}")
     fn: Any = summarize_fn

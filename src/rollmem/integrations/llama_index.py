@@ -68,17 +68,15 @@ def _kwargs_call(raw: object) -> ToolCall:
         name, arguments = function.get("name"), function.get("arguments")
     else:
         name = data.get("name", data.get("tool_name"))
-        arguments = next(
-            (data[key] for key in ("input", "arguments", "tool_kwargs", "args") if key in data), None
-        )
+        keys = ("input", "arguments", "tool_kwargs", "args")
+        arguments = next((data[key] for key in keys if key in data), None)
     call_id = next((data[key] for key in ("id", "tool_id", "tool_call_id") if data.get(key)), "")
     return ToolCall(_text(call_id), _text(name), _arguments(arguments))
 
 
 def _convert(message: Any) -> Message:
     role = str(getattr(message.role, "value", message.role))
-    texts: list[str] = []
-    calls: list[ToolCall] = []
+    texts, calls = list[str](), list[ToolCall]()
     for block in message.blocks:
         kind = getattr(block, "block_type", type(block).__name__)
         if kind == "text":
@@ -106,16 +104,11 @@ def _convert(message: Any) -> Message:
 
 def _report(block: Any, error: Exception) -> None:
     """A failed fold to the block's ``on_error``, or a warning on the ``rollmem`` logger."""
+    what = "the summarizer failed (%r); %d messages stay pending and are retried with the next flush"
     if block.on_error is not None:
         block.on_error(error)
-        return
-    logger.warning(
-        "RollingSummaryBlock %r: the summarizer failed (%r); %d messages stay pending and are retried "
-        "with the next flush",
-        block.name,
-        error,
-        len(block.pending),
-    )
+    else:
+        logger.warning("RollingSummaryBlock %r: " + what, block.name, error, len(block.pending))
 
 
 _block_lock = threading.Lock()

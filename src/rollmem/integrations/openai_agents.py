@@ -177,11 +177,10 @@ class RollingSession(Configured):
         return self._factory() if snapshot is None else snapshot
 
     async def get_items(self, limit: Optional[int] = None) -> list[dict[str, Any]]:
-        """The summary item (when there is a summary), then the buffered items as they were added,
-        as :func:`~rollmem.adapters.to_openai_responses` renders them for a request (a result whose
-        call was folded as user text, a user item ``CONTINUATION_TEXT`` first when the buffer opens
-        with another turn). With ``limit``: the newest items, at most ``limit``, never splitting a
-        unit (so possibly fewer); the summary item only when everything after it fits too."""
+        """The summary item (when there is a summary), then the buffered items as
+        :func:`~rollmem.adapters.to_openai_responses` renders them for a request. With ``limit``:
+        the newest items, at most ``limit``, never splitting a unit; the summary item only when
+        everything after it fits too."""
         limit = None if limit is None else v.check_int("limit", limit, 0)
         async with self._open() as memory:
             summary, buffer = memory.summary, list(memory.buffer)
@@ -202,10 +201,9 @@ class RollingSession(Configured):
         return render(low, False) if low else []
 
     async def add_items(self, items: Iterable[Any]) -> None:
-        """Append the items (dicts, or SDK models, dumped), then fold what is over budget. Bad items
-        raise ``ValueError``/``TypeError`` naming ``items[i]`` and the field, and nothing is added;
-        a summary or opening item this session wrote is skipped; reasoning items left waiting at
-        the end join the first item of the next batch in one unit."""
+        """Append the items (dicts, or SDK models), then fold what is over budget. Bad items raise
+        naming ``items[i]`` and nothing is added; the summary and opening items this session wrote
+        are skipped; reasoning left waiting at the end joins the next batch's first item."""
         if isinstance(items, Iterable) and not isinstance(items, (list, str, bytes, Mapping)):
             items = list(items)
         messages = from_openai_responses(items)  # checks every item, with its path, first
@@ -223,9 +221,8 @@ class RollingSession(Configured):
                 raise error
 
     async def pop_item(self) -> Optional[dict[str, Any]]:
-        """Remove and return the newest item; ``None`` when none is buffered (a summary stays).
-        Exactly that item goes, as with the SDK's own sessions: popping a ``function_call_output``
-        leaves its ``function_call``, popping the item after reasoning leaves the reasoning."""
+        """Remove and return the newest item (exactly that one, as the SDK's own sessions do);
+        ``None`` when none is buffered (a summary stays)."""
         return await self._update(_pop)
 
     async def clear_session(self) -> None:

@@ -175,8 +175,7 @@ class RollingConversationManager(Configured, _ConversationManager):  # type: ign
         self._stored = stored
         self._state: dict[str, Any] = self._track.state(Keys([], _SPEC.key))
         self._head: Optional[dict[str, Any]] = None  # the user turn this manager put first
-        self._merged = False  # whether the head stands for the first kept message
-        self._dirty = True  # the head must be rendered again
+        self._merged, self._dirty = False, True  # the head stands for the first kept one; to render
         self._copies: dict[int, dict[str, Any]] = {}  # id(message) -> its truncated copy shown
         self._truncated: dict[str, tuple[int, int]] = {}  # tool-use id -> (tokens, tokens shown)
         self._reduce = False  # a fold reduce_context asked for, made by the async hook
