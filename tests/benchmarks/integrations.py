@@ -312,7 +312,6 @@ class StrandsSessionRun(Run):
         class Timed(RollingConversationManager):
             get_state = timed(RollingConversationManager.get_state)
             apply_management = timed(RollingConversationManager.apply_management)
-            _before_model_call = timed(RollingConversationManager._before_model_call)
 
         self.directory = tempfile.TemporaryDirectory()
         self.manager = Timed(self.budget, summarize, self.counter, target_tokens=self.budget)

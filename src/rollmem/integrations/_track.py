@@ -70,7 +70,9 @@ class Track(Generic[N]):
         """Where the evicted units are (the leading ones but pinned units, which stay in front)."""
         slots: list[int] = []
         for slot, unit in enumerate(self.units):
-            if len(slots) < len(evicted) and unit is evicted[len(slots)]:
+            if len(slots) == len(evicted):
+                break
+            if unit is evicted[len(slots)]:
                 slots.append(slot)
         return slots
 
