@@ -187,6 +187,15 @@ def check_request(request: LlmRequest, pending: frozenset[str] = frozenset()) ->
     ]
 
 
+def assert_counted(texts: list[str], everything: list[str], restarts: int) -> None:
+    """Each content counted once (a content with parallel responses is one count), once more at
+    most after a restart: the state holds the costs of what the last fold kept, not newer ones."""
+    assert max(texts.count(text) for text in texts) <= 2
+    once = len(set(texts))
+    assert len(everything) // 2 < once < len(everything)
+    assert len(texts) - once <= restarts * 12
+
+
 async def run_conversation(chat: Chat, turns: int, restart_every: int) -> list[str]:
     """Runs ``turns`` turns, restarting every ``restart_every``; returns the keys of every message
     of the conversation in order."""
@@ -233,9 +242,9 @@ async def test_a_long_conversation_with_restarts_folds_each_message_once(tmp_pat
     questions = [e for e in session.events if e.author == "user" and e.content.parts[0].text]
     assert len(questions) == 24
 
-    # The counter saw each message once over the whole conversation, across the restarts.
-    assert len(counter.texts) == len(set(counter.texts))
-    assert len(counter.texts) == len(everything) - 1
+    # The counter saw each content once per process (one call per content); a restart counts once
+    # more only the contents added since the last fold.
+    assert_counted(counter.texts, everything, restarts=4)
 
 
 async def run_process(db: str, log: str, first: int, turns: int) -> None:
@@ -291,15 +300,15 @@ def test_real_process_restarts(tmp_path: Path) -> None:
         everything.append(f"assistant:{answer}")
     assert len(folded) > len(everything) // 2
     assert folded == everything[: len(folded)]
-    assert len(counted) == len(set(counted)) == len(everything) - 1
+    assert_counted(counted, everything, restarts=2)
 
 
 async def test_a_model_call_converts_and_counts_only_the_new_contents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Per model call, the contents fingerprinted (each converted one is, plus a few checks) and
-    the counter calls stay the same whether the session holds 20 or 60 turns (folds start around
-    turn 17): a call does O(new contents) work, not O(buffer)."""
+    """Per model call, the contents fingerprinted and the counter calls stay the same whether the
+    session holds 20 or 60 turns (folds start around turn 17): a call does O(new contents) work,
+    not O(buffer)."""
     prints: list[int] = []
     fingerprint = google_adk._fingerprint
 
@@ -320,7 +329,9 @@ async def test_a_model_call_converts_and_counts_only_the_new_contents(
     assert len(chat.received[-1].contents) > 20  # the buffer holds many turns
     early, late = per_call[20:30], per_call[50:60]
     assert {calls for _, calls in late} == {calls for _, calls in early} == {2}
-    assert max(n for n, _ in late) <= max(n for n, _ in early) <= 6
+    # one fingerprint per model call (the newest content), and at a fold those of the contents it
+    # folds (the state names the newest folded ones): the same early and late
+    assert {n for n, _ in late} == {n for n, _ in early} == {2, 9}
 
 
 async def test_an_async_summarizer_and_the_words_default(tmp_path: Path) -> None:
@@ -462,7 +473,7 @@ async def test_each_agent_of_a_multi_agent_app_has_its_own_memory(tmp_path: Path
     assert not script
     state = (await service.get_session(app_name=APP, user_id=USER, session_id=session.id)).state
     assert state[STATE_PREFIX + "packer"]["summary"]
-    assert state[STATE_PREFIX + "forecaster"]["summary"] == ""  # one short request, nothing folded
+    assert STATE_PREFIX + "forecaster" not in state  # one short request: nothing folded, nothing written
     for request in received:
         check_request(request)
     folded = [key(m) for m in summarizer.folded]
@@ -497,3 +508,141 @@ def test_cached_prefix_puts_the_summary_text_after_the_system_prompt() -> None:
     assert plugin.cached_prefix("s", evicted) == [Message("system", "Before: s"), *evicted]
     default = RollingMemoryPlugin(50, RecordingSummarizer())
     assert default.cached_prefix("s", evicted)[0] == Message("system", summary_instruction("s"))
+
+
+# -- issue 26: responses posted back, edits, state writes --------------------------------------------
+
+
+def approve_trip(trip: str) -> dict[str, str]:
+    """Ask a human to approve the trip (long-running: returns a pending ticket)."""
+    return {"status": "pending", "ticket": f"T-{trip}"}
+
+
+def book_trip(trip: str) -> str:
+    """Book the trip (asks for confirmation first)."""
+    return f"booked {trip}"
+
+
+class ToolChat(Chat):
+    """A chat whose agent has a long-running tool and a tool that requires confirmation, on an
+    in-memory session service (so a test can edit the stored events)."""
+
+    def _build(self) -> None:
+        from google.adk.sessions import InMemorySessionService
+        from google.adk.tools import FunctionTool, LongRunningFunctionTool
+
+        self.service = InMemorySessionService()  # type: ignore[assignment]
+        self.plugin = self.plugin_factory()
+        model = ScriptedModel(script=self.script, received=self.received)
+        tools = [
+            LongRunningFunctionTool(approve_trip),
+            FunctionTool(book_trip, require_confirmation=True),
+            lookup,
+        ]
+        agent = LlmAgent(name="forecaster", model=model, instruction=INSTRUCTION, tools=tools)
+        self.runner = Runner(
+            app=App(name=APP, root_agent=agent, plugins=[self.plugin]), session_service=self.service
+        )
+
+    async def post(self, response: types.FunctionResponse, answer: str) -> None:
+        self.script.append(text("model", answer))
+        message = types.Content(role="user", parts=[types.Part(function_response=response)])
+        async for _ in self.runner.run_async(user_id=USER, session_id=self.session_id, new_message=message):
+            pass
+
+    async def call_id(self, name: str) -> str:
+        session = await self.session()
+        return next(c.id for e in session.events for c in e.get_function_calls() if c.name == name)
+
+
+def tool_call(name: str, **args: str) -> types.Content:
+    return types.Content(
+        role="model", parts=[types.Part(function_call=types.FunctionCall(name=name, args=args))]
+    )
+
+
+@pytest.mark.parametrize("tool", ["long-running", "confirmation"])
+async def test_a_response_posted_back_after_its_call_folded_comes_with_its_call(tool: str) -> None:
+    """The call waits while six turns fold it away, then the client posts the final response: the
+    request that carries it shows the call right before it (never a response without its call),
+    and the response is summarized once later, like any other message."""
+    summarizer = RecordingSummarizer()
+    chat = ToolChat(Path("unused"), lambda: RollingMemoryPlugin(40, summarizer, CountingCounter()))
+    await chat.start()
+    name = "approve_trip" if tool == "long-running" else "book_trip"
+    chat.script.append(tool_call(name, trip="Oslo"))
+    if tool == "long-running":  # a confirmation ends the run until the client answers
+        chat.script.append(text("model", "waiting for you"))
+    async for _ in chat.runner.run_async(
+        user_id=USER, session_id=chat.session_id, new_message=text("user", "book the trip to Oslo")
+    ):
+        pass
+    for turn in range(6):
+        await chat.send(*plan(turn))
+    folded = [key(m) for m in summarizer.folded]
+    assert 'call:{"trip":"Oslo"}' in folded  # the call (and its first response) folded meanwhile
+    if tool == "long-running":
+        response = types.FunctionResponse(
+            id=await chat.call_id("approve_trip"), name="approve_trip", response={"status": "approved"}
+        )
+        final = 'tool:{"status": "approved"}'
+    else:
+        response = types.FunctionResponse(
+            id=await chat.call_id("adk_request_confirmation"),
+            name="adk_request_confirmation",
+            response={"confirmed": True},
+        )
+        final = 'tool:{"result": "booked Oslo"}'
+    await chat.post(response, "done: the trip is on")
+    for request in chat.received:
+        check_request(request)
+    shown = [k for c in check_request(chat.received[-1]) for k in content_keys(c)]
+    assert shown[-2:] == ['call:{"trip":"Oslo"}', final]
+    for turn in range(6, 12):
+        await chat.send(*plan(turn))
+    for request in chat.received:
+        check_request(request)
+    folded = [key(m) for m in summarizer.folded]
+    assert folded.count(final) == 1  # summarized once, not lost
+    assert len([k for k in folded if k.startswith("user:")]) == len(
+        {k for k in folded if k.startswith("user:")}
+    )
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+async def test_an_edit_of_the_stored_history_reaches_the_summarizer_not_the_old_text(how: str) -> None:
+    """The app redacts a card number in a stored event two turns before it folds: the summarizer,
+    the saved summary and later requests see the redacted text only; no turn is lost."""
+    summarizer = RecordingSummarizer()
+    chat = ToolChat(Path("unused"), lambda: RollingMemoryPlugin(60, summarizer, CountingCounter()))
+    await chat.start()
+    await chat.send("my card is 4111 1111 1111 1111, book a trip", (), "noted")
+    await chat.send(*plan(1))
+    assert not summarizer.calls
+    stored = chat.service.sessions[APP][USER][chat.session_id]  # type: ignore[attr-defined]
+    event = next(e for e in stored.events if e.content and "4111" in (e.content.parts[0].text or ""))
+    redacted = "my card is [redacted], book a trip"
+    if how == "in place":
+        event.content.parts[0].text = redacted
+    else:
+        stored.events[stored.events.index(event)] = event.model_copy(
+            update={"content": text("user", redacted)}
+        )
+    for turn in range(2, 12):
+        await chat.send(*plan(turn))
+    folded = [key(m) for m in summarizer.folded]
+    assert f"user:{redacted}" in folded
+    assert not any("4111" in k for k in folded)
+    assert not any("4111" in str(r.config.system_instruction) for r in chat.received)
+    assert not any("4111" in k for r in chat.received[3:] for c in r.contents for k in content_keys(c))
+
+
+async def test_the_state_is_written_only_at_folds_and_stays_small(tmp_path: Path) -> None:
+    summarizer = RecordingSummarizer()
+    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(60, summarizer, CountingCounter()))
+    await run_conversation(chat, turns=40, restart_every=100)
+    session = await chat.session()
+    writes = [e.actions.state_delta[STATE_KEY] for e in session.events if STATE_KEY in e.actions.state_delta]
+    assert len(writes) == len(summarizer.calls) > 5  # one write per fold, none in between
+    sizes = [len(json.dumps(state)) - len(state["summary"]) for state in writes]
+    assert max(sizes) < 1500  # not the buffer: positions, keys of the newest folded contents, costs kept

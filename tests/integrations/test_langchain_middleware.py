@@ -25,6 +25,7 @@ pytest.importorskip("langgraph.checkpoint.memory")
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -442,7 +443,7 @@ def test_pinned_messages_stay_in_view_and_are_never_summarized(make_recorder: An
     pinned = [m.content for m in buffer if pin(m)]
     assert [text.split(":")[0] for text in pinned] == ["question 3", "question 11"]
     assert not any(pin(m) for m in chat.state()["messages"] if m.id in {f.id for f in recorder.folded})
-    assert len(chat.state()[CURSOR_KEY]["kept"]) == 2
+    assert len(chat.state()[CURSOR_KEY]["pinned"]) == 2
 
 
 # -- state and checkpoints ------------------------------------------------------------------------
@@ -505,8 +506,9 @@ def collect(chat: Chat, seen: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("prune", [False, True])
 def test_each_message_is_counted_once_per_thread_across_restarts(make_recorder: Any, prune: bool) -> None:
-    """A model call counts only the messages added since the last one, also after a restart
-    (the costs are kept in the cursor with the counter's identity)."""
+    """A model call counts only the messages added since the last one; after a restart, only
+    those added since the last fold (the cursor keeps the costs of what a fold kept, with the
+    counter's identity)."""
     saver = InMemorySaver()
     counter = CountingCounter()
     recorder = make_recorder()
@@ -528,10 +530,15 @@ def test_each_message_is_counted_once_per_thread_across_restarts(make_recorder: 
         RollingMemoryMiddleware(50, make_recorder(), second_counter, target_tokens=30, prune_folded=prune),
         checkpointer=saver,
     )
+    cursor = second.state()[CURSOR_KEY]
+    messages = second.state()["messages"][:-1]  # the last answer: counted at the next model call
+    since_fold = [m.token_text() for m in from_langchain(messages[cursor["folded"] + len(cursor["costs"]) :])]
+    counted = len(everything) - 1
     for i in range(20, 24):
         second.turn(i, calls=i % 3)
         collect(second, everything)
-    assert counter.texts + second_counter.texts == list(everything.values())[:-1]
+    assert since_fold  # the messages added since the last fold, counted once more
+    assert second_counter.texts == since_fold + list(everything.values())[counted:-1]
 
 
 def test_a_counter_without_identity_recounts_only_after_a_restart(make_recorder: Any) -> None:
@@ -548,10 +555,10 @@ def test_a_counter_without_identity_recounts_only_after_a_restart(make_recorder:
         chat.turn(i, calls=i % 3)
         collect(chat, everything)
     assert texts == list(everything.values())[:-1]  # the live memory: each message once
-    assert chat.state()[CURSOR_KEY]["counter"] is None
+    assert chat.state()[CURSOR_KEY]["counter"].startswith("process:")  # this object's, in this process
     texts.clear()
     before = chat.state()["messages"]
-    start = ids(before).index(chat.state()[CURSOR_KEY]["start"])
+    start = ids(before).index(chat.state()[CURSOR_KEY]["first"])
     restarted = Chat(
         RollingMemoryMiddleware(50, make_recorder(), counter, target_tokens=30), checkpointer=saver
     )
@@ -561,28 +568,6 @@ def test_a_counter_without_identity_recounts_only_after_a_restart(make_recorder:
     assert texts[: len(buffer)] == [m.token_text() for m in from_langchain(buffer)]
 
 
-def test_a_cursor_written_before_costs_were_stored_is_read_and_upgraded(
-    make_recorder: Any, word_counter: Any
-) -> None:
-    """A checkpoint of rollmem 0.6 (cursor ``{"start", "kept"}``) continues: its buffer is counted
-    once, then the cursor carries the costs."""
-    counter = CountingCounter()
-    chat = Chat(RollingMemoryMiddleware(40, make_recorder(), counter))
-    for i in range(6):
-        chat.turn(i)
-    cursor = chat.state()[CURSOR_KEY]
-    chat.agent.update_state(chat.config, {CURSOR_KEY: {"start": cursor["start"], "kept": cursor["kept"]}})
-    restarted = Chat(RollingMemoryMiddleware(40, make_recorder(), counter), checkpointer=chat.checkpointer)
-    counter.texts.clear()
-    restarted.turn(6, calls=0)
-    _, buffer = split_view(restarted.model.received[0])
-    assert counter.texts == [m.token_text() for m in from_langchain(buffer)]
-    assert restarted.state()[CURSOR_KEY]["costs"] == [len(t.split()) for t in counter.texts]
-    counter.texts.clear()
-    restarted.turn(7, calls=0)
-    assert len(counter.texts) == 2  # the previous answer and the new question
-
-
 def test_removing_the_first_unfolded_message_re_anchors_and_says_so(
     make_recorder: Any, word_counter: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -590,7 +575,7 @@ def test_removing_the_first_unfolded_message_re_anchors_and_says_so(
     chat = Chat(RollingMemoryMiddleware(40, recorder, word_counter))
     for i in range(6):
         chat.turn(i)
-    start = chat.state()[CURSOR_KEY]["start"]
+    start = chat.state()[CURSOR_KEY]["first"]
     _, buffer = split_view(chat.model.received[-1])
     assert buffer[0].id == start
     folded_before = [m.id for m in recorder.folded]
@@ -702,13 +687,20 @@ def test_unconvertible_content_raises_naming_the_state_position(recorder: Any, w
 @pytest.mark.parametrize(
     ("cursor", "error"),
     [
-        ({"start": None, "kept": [], "costs": ["3"]}, r"^rollmem_cursor\.costs\[0\]: expected int, got str"),
         (
-            {"start": None, "kept": [], "costs": [-1]},
+            {"version": 1, "summary": "", "costs": ["3"]},
+            r"^rollmem_cursor\.costs\[0\]: expected an int >= 0, got '3'",
+        ),
+        (
+            {"version": 1, "summary": "", "costs": [-1]},
             r"^rollmem_cursor\.costs\[0\]: expected an int >= 0, got -1",
         ),
-        ({"start": None, "kept": [], "seen": 7}, r"^rollmem_cursor\.seen: expected str or null, got int"),
-        ({"start": None, "kept": [3]}, r"^rollmem_cursor\.kept\[0\]: expected str, got int"),
+        ({"version": 1, "summary": "", "first": 7}, r"^rollmem_cursor\.first: expected str or null, got int"),
+        (
+            {"version": 1, "summary": "", "pinned": [3]},
+            r"^rollmem_cursor\.pinned\[0\]: expected \[int, str\], got 3",
+        ),
+        ({"version": 2, "summary": ""}, r"^rollmem_cursor\.version: unsupported state version 2"),
         ("start", r"^rollmem_cursor: expected a mapping, got str"),
     ],
 )
@@ -720,6 +712,85 @@ def test_a_damaged_cursor_raises_naming_the_field(
     chat.agent.update_state(chat.config, {CURSOR_KEY: cursor})
     with pytest.raises(InvalidStateError, match=error):
         chat.turn(1)
+
+
+def test_a_message_replaced_by_id_is_summarized_as_it_is_now(make_recorder: Any, word_counter: Any) -> None:
+    """An app redacts a message of the thread (``update_state`` replacing it by id) two turns
+    before it folds: the summarizer, the saved summary and every later request see the redacted
+    text, never the old one; no turn is lost."""
+    recorder = make_recorder()
+    chat = Chat(RollingMemoryMiddleware(60, recorder, word_counter, target_tokens=30))
+    card = HumanMessage(content="question 0: my card is 4111 1111 1111 1111", id="card-turn")
+    chat._plan(0, 0, 6)
+    chat.agent.invoke({"messages": [card]}, chat.config)
+    chat.turn(1, calls=0)
+    assert not recorder.calls
+    redacted = HumanMessage(content="question 0: my card is [redacted]", id="card-turn")
+    chat.agent.update_state(chat.config, {"messages": [redacted]})
+    for i in range(2, 8):
+        chat.turn(i, calls=0)
+    folded = list(recorder.folded)
+    assert "question 0: my card is [redacted]" in [m.content for m in folded]
+    assert all("4111" not in m.content for m in folded)
+    assert "4111" not in chat.state()[SUMMARY_KEY]
+    assert all("4111" not in str(m.content) for received in chat.model.received[3:] for m in received)
+    assert [m.id for m in folded] == ids(chat.state()["messages"][: len(folded)])  # in order, none lost
+
+
+class FoldRuns(BaseCallbackHandler):
+    """A LangChain callback handler recording the ``rollmem.fold`` runs."""
+
+    def __init__(self) -> None:
+        self.started: list[dict[str, Any]] = []
+        self.ended: list[dict[str, Any]] = []
+        self.errors: list[BaseException] = []
+        self.parents: list[Any] = []
+        self.runs: set[Any] = set()
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        if kwargs.get("name") == "rollmem.fold":
+            self.runs.add(kwargs["run_id"])
+            self.started.append(dict(inputs))
+            self.parents.append(kwargs.get("parent_run_id"))
+
+    def on_chain_end(self, outputs: Any, **kwargs: Any) -> None:
+        if kwargs["run_id"] in self.runs:
+            self.ended.append(dict(outputs))
+
+    def on_chain_error(self, error: BaseException, **kwargs: Any) -> None:
+        if kwargs["run_id"] in self.runs:
+            self.errors.append(error)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_each_fold_is_a_run_in_langchains_callbacks(
+    make_recorder: Any, word_counter: Any, asynchronous: bool
+) -> None:
+    runs = FoldRuns()
+    recorder = make_recorder()
+    chat = Chat(RollingMemoryMiddleware(40, recorder, word_counter))
+    chat.config = {**chat.config, "callbacks": [runs]}
+    for i in range(6):
+        if asynchronous:
+            asyncio.run(chat.aturn(i, calls=0))
+        else:
+            chat.turn(i, calls=0)
+    assert len(runs.started) == len(runs.ended) == len(recorder.calls) > 0
+    assert all(parent is not None for parent in runs.parents)  # inside the agent's run
+    for started, ended, (_, evicted), summary in zip(
+        runs.started, runs.ended, recorder.calls, recorder.results
+    ):
+        assert started["rollmem.fold.messages"] == len(evicted)
+        assert started["rollmem.fold.tokens_before"] > started["rollmem.fold.tokens_after"] >= 0
+        assert started["rollmem.fold.tokens_before"] - started["rollmem.fold.tokens_after"] == sum(
+            word_counter(m.token_text()) for m in evicted
+        )
+        assert ended["rollmem.fold.summary_tokens"] == word_counter(summary or "")
+        assert all(isinstance(value, int) for value in {**started, **ended}.values())
+    recorder.fail = True
+    with pytest.raises(RuntimeError, match="summarizer down"):
+        chat.turn(6, calls=0, answer_words=40)
+    assert len(runs.errors) == 1
 
 
 # -- LangChain's own SummarizationMiddleware ----------------------------------------------------

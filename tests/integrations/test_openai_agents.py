@@ -768,3 +768,86 @@ def test_cached_prefix_opens_the_summarizer_request_as_the_last_request() -> Non
             checked += 1
     assert checked >= 3
     assert sent[-1][0].content.startswith(SUMMARY_HEADER)
+
+
+class Spans:
+    """An Agents SDK tracing processor keeping every span in memory."""
+
+    def __init__(self) -> None:
+        self.ended: list[Any] = []
+        self.traces: list[Any] = []
+
+    def on_trace_start(self, trace: Any) -> None:
+        self.traces.append(trace)
+
+    def on_trace_end(self, trace: Any) -> None:
+        pass
+
+    def on_span_start(self, span: Any) -> None:
+        pass
+
+    def on_span_end(self, span: Any) -> None:
+        self.ended.append(span)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+    def folds(self) -> list[Any]:
+        return [s for s in self.ended if getattr(s.span_data, "name", None) == "rollmem.fold"]
+
+
+@pytest.fixture
+def spans() -> Any:
+    from agents.tracing import set_trace_processors
+    from agents.tracing.processors import default_processor
+
+    recorder = Spans()
+    set_trace_processors([recorder])
+    yield recorder
+    set_trace_processors([default_processor()])
+
+
+def test_each_fold_is_a_span_in_the_sdks_trace(spans: Spans) -> None:
+    """With tracing on, each fold is a ``rollmem.fold`` custom span of the run's trace, with
+    integer attributes; a failing summarizer's span records the error."""
+    counter = CountingWords()
+    recorder = Recorder()
+    session = RollingSession("traced", max_tokens=40, summarize_fn=recorder, token_counter=counter)
+    agent = agent_for(ScriptedModel())
+
+    async def run(turns: range) -> None:
+        for turn in turns:
+            await Runner.run(agent, f"turn {turn}: weather in city{turn}", session=session)
+
+    asyncio.run(run(range(6)))
+    folds = spans.folds()
+    assert len(folds) == len(recorder.calls) > 0
+    traces = {trace.trace_id for trace in spans.traces}
+    results = [summary for summary, _ in recorder.calls[1:]] + [recorder.last]
+    for span, (_, evicted), result in zip(folds, recorder.calls, results):
+        data = span.span_data.data
+        assert span.trace_id in traces
+        assert span.parent_id is not None  # inside the run's spans
+        assert data["rollmem.fold.messages"] == len(evicted)
+        assert data["rollmem.fold.tokens_before"] - data["rollmem.fold.tokens_after"] == sum(
+            counter_words(m.token_text()) for m in evicted
+        )
+        assert data["rollmem.fold.summary_tokens"] == counter_words(result)
+        assert all(isinstance(value, int) for value in data.values())
+        assert span.error is None
+
+    def broken(summary: str, evicted: Sequence[Message]) -> str:
+        raise RuntimeError("summarizer down")
+
+    failing = RollingSession("broken", max_tokens=10, summarize_fn=broken, token_counter=counter)
+    with pytest.raises(RuntimeError, match="summarizer down"):
+        asyncio.run(Runner.run(agent, "turn 0: a long question about the weather today", session=failing))
+    [failed] = spans.folds()[len(folds) :]
+    assert failed.error == {"message": "summarizer down", "data": {"type": "RuntimeError"}}
+
+
+def counter_words(text: str) -> int:
+    return len(text.split())

@@ -43,7 +43,7 @@ from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
 from rollmem.errors import InvalidStateError
 from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
 from rollmem.sessions import Sessions
-from rollmem.stores import LogWrite, MemoryStore, SQLiteStore
+from rollmem.stores import LogEntry, LogWrite, MemoryStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_PAGE = ROOT / "docs" / "pages" / "integrations" / "pydantic-ai.md"
@@ -492,10 +492,10 @@ def test_bad_stored_state_is_reported_with_the_session(recorder: Any) -> None:
 
     store.write(
         STATE_PREFIX + "conv-1",
-        LogWrite("", summary='{"version": 1, "summary": 3, "folded": []}', create=True),
+        LogWrite("", (LogEntry('{"role": "user", "content": 3}', 1),), summary="", create=True),
     )
     with pytest.raises(
-        InvalidStateError, match=r"session 'pydantic-ai:conv-1': summary: expected str, got int"
+        InvalidStateError, match=r"session 'pydantic-ai:conv-1': buffer\[0\]\.content: expected str, got int"
     ):
         asyncio.run(processor(Ctx(), build_turn(0) + build_turn(1)))
 
@@ -611,24 +611,6 @@ def test_each_message_is_counted_once_per_conversation_across_restarts(
     # a model request).
     assert counted == ["Be brief.", *conversation(range(24))]
     store.close()
-
-
-def test_a_state_written_before_0_7_is_read_and_continued(recorder: Any) -> None:
-    """rollmem 0.6 kept a JSON document as the session's summary; it is read, and its summary
-    continued."""
-    store = MemoryStore()
-    store.write(
-        STATE_PREFIX + "old",
-        LogWrite("", summary='{"version":1,"summary":"earlier talk","folded":[]}', create=True),
-    )
-    processor = rolling_history(4, recorder, one, store=store)
-
-    class Ctx:
-        conversation_id = "old"
-
-    asyncio.run(processor(Ctx(), build_turn(0) + build_turn(1)))
-    assert recorder.calls[0][0] == "earlier talk"
-    assert stored_memory(store, STATE_PREFIX + "old").summary == recorder.results[-1]
 
 
 class CountingParts:
@@ -765,3 +747,37 @@ def test_another_writer_or_parts_added_afterwards_fall_back_to_a_full_walk(
     folded = [m.content for m in recorder.folded]
     assert len(folded) == len(set(folded))
     assert folded + [m.content for m in as_rollmem(output)] == [*conversation(range(30)), "a29 done"]
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+def test_an_edited_message_is_summarized_as_it_is_now_and_no_turn_is_lost(how: str, recorder: Any) -> None:
+    """The app redacts a user turn of its history two turns before it folds (editing the part in
+    place, or replacing the message by a new one): the summarizer and every later request see the
+    redacted text; no turn vanishes."""
+    chat = Chat(rolling_history(12, recorder, one, target_tokens=8))
+    chat.say(extra_words=0)
+    chat.say()
+    history = chat.history or []
+    index = next(
+        i for i, m in enumerate(history) if any(getattr(p, "content", None) == "u0" for p in m.parts)
+    )
+    message = history[index]
+    position = next(i for i, p in enumerate(message.parts) if getattr(p, "content", None) == "u0")
+    part = message.parts[position]
+    if how == "in place":
+        part.content = "u0 [redacted]"
+    else:
+        parts = list(message.parts)
+        parts[position] = UserPromptPart("u0 [redacted]", timestamp=part.timestamp + timedelta(seconds=1))
+        history[index] = ModelRequest(parts=parts, timestamp=message.timestamp)
+    assert not recorder.calls
+    for _ in range(4):
+        chat.say()
+    folded = [m.content for m in recorder.folded]
+    assert "u0 [redacted]" in folded
+    assert "u0" not in folded
+    assert all("u0" not in (summary or "").split("|") for summary in recorder.results)
+    last = [m.content for m in as_rollmem(chat.seen[-1]) if m.role != "system"]
+    expected = conversation(range(6))
+    expected[0] = "u0 [redacted]"
+    assert folded + last == expected  # each message once, in order: none lost
