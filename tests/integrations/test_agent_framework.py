@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Optional
 
 import pytest
+from tests._optional import need
 
-af = pytest.importorskip("agent_framework")
+af = need("agent-framework", "agent_framework")
 
 from agent_framework import (  # noqa: E402
     Agent,

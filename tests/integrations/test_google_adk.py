@@ -19,26 +19,27 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from tests._optional import need
 
-pytest.importorskip("google.adk")
+need("google-adk", "google.adk")
 
-from google.adk.agents import LlmAgent
-from google.adk.apps import App
-from google.adk.events import Event
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
-from google.adk.runners import Runner
-from google.adk.sessions.sqlite_session_service import SqliteSessionService
-from google.genai import types
-from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, SummarizerDown
-from tests.conftest import CountingWords as CountingCounter
+from google.adk.agents import LlmAgent  # noqa: E402
+from google.adk.apps import App  # noqa: E402
+from google.adk.events import Event  # noqa: E402
+from google.adk.models.base_llm import BaseLlm  # noqa: E402
+from google.adk.models.llm_request import LlmRequest  # noqa: E402
+from google.adk.models.llm_response import LlmResponse  # noqa: E402
+from google.adk.runners import Runner  # noqa: E402
+from google.adk.sessions.sqlite_session_service import SqliteSessionService  # noqa: E402
+from google.genai import types  # noqa: E402
+from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, SummarizerDown  # noqa: E402
+from tests.conftest import CountingWords as CountingCounter  # noqa: E402
 
-from rollmem import Message, cached_target
-from rollmem.adapters import CONTINUATION_TEXT
-from rollmem.errors import InvalidStateError
-from rollmem.integrations import google_adk
-from rollmem.integrations.google_adk import STATE_PREFIX, RollingMemoryPlugin, summary_instruction
+from rollmem import Message, cached_target  # noqa: E402
+from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
+from rollmem.errors import InvalidStateError  # noqa: E402
+from rollmem.integrations import google_adk  # noqa: E402
+from rollmem.integrations.google_adk import STATE_PREFIX, RollingMemoryPlugin, summary_instruction  # noqa: E402
 
 # ADK 2.0 announces its experimental features once per process (2.13 no longer does).
 pytestmark = pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] feature:UserWarning")

@@ -19,15 +19,16 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
+from tests._optional import need
 
-pytest.importorskip("langchain.agents")
-pytest.importorskip("langgraph.checkpoint.memory")
+need("langchain", "langchain.agents")
+need("langchain", "langgraph.checkpoint.memory")
 
-from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import (
+from langchain.agents import create_agent  # noqa: E402
+from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware  # noqa: E402
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
+from langchain_core.messages import (  # noqa: E402
     AIMessage,
     BaseMessage,
     HumanMessage,
@@ -35,17 +36,17 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
-from pydantic import Field
-from tests.conftest import CountingWords as CountingCounter
+from langchain_core.tools import tool  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: E402
+from pydantic import Field  # noqa: E402
+from tests.conftest import CountingWords as CountingCounter  # noqa: E402
 
-from rollmem import Message, RollingMemory, cached_target
-from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
-from rollmem.adapters.langchain import from_langchain
-from rollmem.errors import InvalidStateError
-from rollmem.integrations.langchain import (
+from rollmem import Message, RollingMemory, cached_target  # noqa: E402
+from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN  # noqa: E402
+from rollmem.adapters.langchain import from_langchain  # noqa: E402
+from rollmem.errors import InvalidStateError  # noqa: E402
+from rollmem.integrations.langchain import (  # noqa: E402
     CURSOR_KEY,
     SUMMARY_KEY,
     RollingMemoryMiddleware,

@@ -4,7 +4,6 @@ whitespace tokenizer so nothing is downloaded), plus the docs page's examples.""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import re
@@ -13,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._optional import need
 
 from rollmem import Message, ToolCall
 
 # The tests of the module alone run everywhere (its lazy import: test_lazy_imports.py); the rest
 # needs llama-index-core.
-needs_llama_index = pytest.mark.skipif(
-    importlib.util.find_spec("llama_index") is None or importlib.util.find_spec("llama_index.core") is None,
-    reason="llama-index-core is not installed",
-)
+needs_llama_index = pytest.mark.extra("llama-index")
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "integrations" / "llama-index.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -312,7 +309,7 @@ def test_chat_messages_are_converted_to_rollmem_messages(li: Harness, recorder: 
 
 @needs_llama_index
 def test_tool_call_blocks_are_converted_and_thinking_is_left_out(li: Harness, recorder: Any) -> None:
-    types = pytest.importorskip("llama_index.core.base.llms.types")
+    types = need("llama-index", "llama_index.core.base.llms.types")
     if not hasattr(types, "ToolCallBlock"):
         pytest.skip("this llama-index-core has no ToolCallBlock")
     from rollmem.integrations.llama_index import RollingSummaryBlock

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from tests._optional import need
 
-agents = pytest.importorskip("agents")
+agents = need("openai-agents", "agents")
 
 from agents import Agent, RunConfig, Runner, Usage, function_tool  # noqa: E402
 from agents.items import ModelResponse  # noqa: E402

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
+from tests._optional import need
 
-pytest.importorskip("pydantic_ai")
+need("pydantic-ai", "pydantic_ai")
 
-from pydantic_ai import Agent
-from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai.messages import (
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.capabilities import ProcessHistory  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
     CompactionPart,
     ImageUrl,
     ModelMessage,
@@ -34,16 +35,16 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_core import to_jsonable_python
-from tests.conftest import CountingWords
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_core import to_jsonable_python  # noqa: E402
+from tests.conftest import CountingWords  # noqa: E402
 
-from rollmem import Message, RollingMemory, ToolCall
-from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN
-from rollmem.errors import InvalidStateError
-from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history
-from rollmem.sessions import Sessions
-from rollmem.stores import LogEntry, LogWrite, MemoryStore, SQLiteStore
+from rollmem import Message, RollingMemory, ToolCall  # noqa: E402
+from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN  # noqa: E402
+from rollmem.errors import InvalidStateError  # noqa: E402
+from rollmem.integrations.pydantic_ai import STATE_PREFIX, RollingHistory, find_summary, rolling_history  # noqa: E402
+from rollmem.sessions import Sessions  # noqa: E402
+from rollmem.stores import LogEntry, LogWrite, MemoryStore, SQLiteStore  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_PAGE = ROOT / "docs" / "pages" / "integrations" / "pydantic-ai.md"

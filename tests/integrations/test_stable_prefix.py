@@ -11,6 +11,7 @@ import random
 from typing import Any
 
 import pytest
+from tests._optional import skip_unless
 
 from provider_rules import (
     assert_gemini_accepts,
@@ -46,7 +47,7 @@ def extends(before: list[Any], after: list[Any]) -> bool:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_langchain_middleware_requests(seed: int) -> None:
-    pytest.importorskip("langchain.agents")  # LangChain v1: Python 3.10+
+    skip_unless("langchain")  # LangChain v1: Python 3.10+
     from langchain_core.messages import HumanMessage, SystemMessage, convert_to_openai_messages
 
     from rollmem.integrations.langchain import RollingMemoryMiddleware
@@ -79,7 +80,7 @@ def test_langchain_middleware_requests(seed: int) -> None:
 
 
 def test_langchain_middleware_opens_a_long_tool_chain_with_a_user_turn() -> None:
-    pytest.importorskip("langchain.agents")  # LangChain v1: Python 3.10+
+    skip_unless("langchain")  # LangChain v1: Python 3.10+
     from langchain_core.messages import AIMessage, HumanMessage
 
     from rollmem.adapters import CONTINUATION_TEXT
@@ -123,7 +124,7 @@ def agent_turn(rng: random.Random, turn: int) -> list[list[dict[str, Any]]]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_rolling_session_items(seed: int) -> None:
-    pytest.importorskip("agents")
+    skip_unless("openai-agents")
     from rollmem.integrations.openai_agents import RollingSession
 
     rng = random.Random(seed)
@@ -154,7 +155,7 @@ def test_rolling_session_items(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pydantic_ai_histories(seed: int) -> None:
-    pytest.importorskip("pydantic_ai")
+    skip_unless("pydantic-ai")
     from pydantic_ai import Agent
     from pydantic_ai.capabilities import ProcessHistory
     from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
@@ -220,7 +221,7 @@ def test_pydantic_ai_histories(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_llama_index_memory(seed: int) -> None:
-    pytest.importorskip("llama_index.core")
+    skip_unless("llama-index")
     from llama_index.core.base.llms.types import ChatMessage
     from llama_index.core.memory import Memory
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from tests._optional import need
 
-strands = pytest.importorskip("strands")
+strands = need("strands", "strands")
 
 from strands import Agent, tool  # noqa: E402
 from strands.hooks import MessageAddedEvent  # noqa: E402

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from tests._optional import need
 
 from rollmem.errors import ConflictError, InvalidStateError, StateTypeError, StoreUnavailableError
 from rollmem.memory import AsyncRollingMemory, BufferMemory, RollingMemory, SummaryMemory
@@ -717,8 +718,7 @@ def test_the_bundled_counters_declare_identities() -> None:
     assert counter_identity(chars(4)) == counter_identity(chars(4.0)) == "chars/4.0"
     assert counter_identity(chars(3)) != counter_identity(chars(4))
     assert counter_identity(len) is None
-    tiktoken = pytest.importorskip("tiktoken")
-    del tiktoken
+    need("tiktoken", "tiktoken")
     from rollmem.counters import tiktoken_counter
 
     try:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from tests._optional import skip_unless
 
 from rollmem.errors import ConflictError, InvalidStateError, StoreUnavailableError
 from rollmem.stores import LogWrite, MemoryStore
@@ -32,8 +33,7 @@ def test_a_conflict_does_not_repeat_a_huge_session_id() -> None:
 
 @pytest.fixture
 def long_tables() -> Iterator[tuple[str, str]]:
-    pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
-    pytest.importorskip("psycopg_pool", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
+    skip_unless("postgres")
     dsn = postgres_dsn()
     stem = unique_name("rollmem_long_table_name_sharing_its_start")  # 54 characters
     names = (stem + "_one", stem + "_two")
@@ -65,8 +65,7 @@ def test_postgres_tables_sharing_a_long_prefix_each_get_their_index(long_tables:
 
 
 def test_postgres_keeps_a_huge_session_id_and_its_errors_do_not_repeat_it() -> None:
-    pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
-    pytest.importorskip("psycopg_pool", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
+    skip_unless("postgres")
     from rollmem.stores.postgres import PostgresStore
 
     dsn = postgres_dsn()
@@ -91,7 +90,7 @@ def test_postgres_keeps_a_huge_session_id_and_its_errors_do_not_repeat_it() -> N
 
 @pytest.fixture
 def redis_store() -> Iterator[Any]:
-    pytest.importorskip("redis", reason='the Redis tests need pip install "rollmem[redis]"')
+    skip_unless("redis")
     from rollmem.stores.redis import RedisStore
 
     url = redis_url()
@@ -148,7 +147,7 @@ def test_no_store_error_shows_a_urls_password(
     package: str, make: Callable[[Any], Any], error: type[Exception]
 ) -> None:
     """Neither the message nor anything chained to it (the whole traceback as printed)."""
-    pytest.importorskip(package, reason=f"needs the {package} package")
+    skip_unless({"psycopg": "postgres", "redis": "redis"}[package])
     import rollmem.stores
 
     with pytest.raises(error) as caught:

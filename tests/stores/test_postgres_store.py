@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from tests._optional import need
 
 from rollmem.errors import ConflictError, StoreUnavailableError
 from rollmem.stores import LogWrite
@@ -29,10 +30,8 @@ from .servers import (
     unique_name,
 )
 
-psycopg = pytest.importorskip("psycopg", reason='the PostgreSQL tests need pip install "rollmem[postgres]"')
-psycopg_pool = pytest.importorskip(
-    "psycopg_pool", reason='the PostgreSQL tests need pip install "rollmem[postgres]"'
-)
+psycopg = need("postgres", "psycopg")
+psycopg_pool = need("postgres", "psycopg_pool")
 
 from rollmem.stores.postgres import PostgresStore  # noqa: E402
 from rollmem.stores.rules import LAYOUT_VERSION  # noqa: E402

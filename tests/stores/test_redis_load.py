@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests._optional import need
 
 from rollmem.errors import StoreUnavailableError
 from rollmem.memory import RollingMemory
@@ -19,9 +20,9 @@ from rollmem.sessions import AsyncSessions, Sessions
 
 from .servers import drop_redis_keys, redis_cluster_url, redis_url, unique_name
 
-pytest.importorskip("redis", reason='the Redis tests need pip install "rollmem[redis]"')
+need("redis", "redis")
 
-from rollmem.stores.redis import RedisStore
+from rollmem.stores.redis import RedisStore  # noqa: E402
 
 
 def first_words(summary: str, evicted: Any) -> str:

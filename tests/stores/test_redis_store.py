@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import pytest
+from tests._optional import need
 
 from rollmem.errors import InvalidStateError, StoreUnavailableError
 from rollmem.stores import Head, LogWrite
@@ -30,10 +31,10 @@ from .servers import (
     unique_name,
 )
 
-redis = pytest.importorskip("redis", reason='the Redis tests need pip install "rollmem[redis]"')
-redis_asyncio = pytest.importorskip("redis.asyncio")
-redis_cluster = pytest.importorskip("redis.cluster")
-redis_asyncio_cluster = pytest.importorskip("redis.asyncio.cluster")
+redis = need("redis", "redis")
+redis_asyncio = need("redis", "redis.asyncio")
+redis_cluster = need("redis", "redis.cluster")
+redis_asyncio_cluster = need("redis", "redis.asyncio.cluster")
 
 from rollmem.stores.redis import RedisStore, _write_args  # noqa: E402
 
