@@ -142,18 +142,9 @@ FENCE = re.compile(
 #: Pages whose examples other branches are rewriting now (globs, from the repository's root). The
 #: final docs pass wraps them to CODE_COLUMNS and empties this list; a new page is never added.
 WIDE_PENDING = [
-    "docs/pages/adapters.md",
-    "docs/pages/architecture.md",
-    "docs/pages/concepts.md",
     "docs/pages/cost.md",
     "docs/pages/integrations/*.md",
     "docs/pages/memory-classes.md",
-    "docs/pages/promises.md",
-    "docs/pages/sessions-log.md",
-    "docs/pages/sessions.md",
-    "docs/pages/stores.md",
-    "docs/pages/testing.md",
-    "docs/pages/tracing.md",
 ]
 
 
