@@ -18,10 +18,12 @@ index)::
     ```
 
 The script is every ``set-up`` block, then every ``test`` block, each in README order; a leading
-``$ `` prompt is dropped. A README that marks no block is read the way it was written before the
-marks: its first two ``sh`` blocks are the set-up and the test. A README whose marks name another
-kind, or that has no set-up or no test block, is an error (exit status 2): the CI must never run
-less than the README says.
+``$ `` prompt is dropped. A README whose marks name another kind, or that has no set-up or no test
+block, is an error (exit status 2): the CI must never run less than the README says.
+
+The README is also the package's long description, the text of its page on the package index:
+:func:`index_problems` lists what would be wrong there (``.ci/run`` checks the built wheel's
+description with it, a unit test ``README.md``).
 """
 
 from __future__ import annotations
@@ -68,11 +70,7 @@ def blocks(text: str) -> list[tuple[str, str, list[str]]]:
 def commands(text: str) -> dict[str, list[str]]:
     """The commands of each kind (``set-up``, ``test``), in README order."""
     found = blocks(text)
-    marked = {mark for mark, _, _ in found if mark}
-    if not marked:
-        shell = [body for _, language, body in found if language in ("sh", "bash", "shell", "console")]
-        found = [(kind, "sh", body) for kind, body in zip(KINDS, shell)]
-    unknown = sorted(marked - set(KINDS))
+    unknown = sorted({mark for mark, _, _ in found if mark} - set(KINDS))
     if unknown:
         raise ReadmeError(f"unknown ci mark(s) {', '.join(unknown)}; expected {' or '.join(KINDS)}")
     result: dict[str, list[str]] = {kind: [] for kind in KINDS}
@@ -89,6 +87,35 @@ def script(text: str) -> str:
     """The shell script ``.ci/run`` runs: the set-up commands, then the test commands."""
     found = commands(text)
     return "\n".join(line for kind in KINDS for line in found[kind]) + "\n"
+
+
+#: The largest long description, in bytes: the README's budget (8 KiB).
+INDEX_LIMIT = 8 * 1024
+#: Words that are true of a clone but wrong on the index page of a release.
+INDEX_WRONG = ("not yet released", "from a clone")
+LINK = re.compile(
+    r"\]\(\s*<?([^)\s>]*)"  # [text](target) and ![alt](target)
+    r"|^\s*\[[^\]]+\]:\s*<?(\S*?)>?(?:\s|$)"  # [label]: target
+    r"""|\b(?:href|src)\s*=\s*["']([^"']*)""",  # HTML
+    re.MULTILINE,
+)
+
+
+def index_problems(text: str) -> list[str]:
+    """What would be wrong with ``text`` as the long description on the package index: over
+    :data:`INDEX_LIMIT` bytes, wording of :data:`INDEX_WRONG` (any case), a relative link (it
+    breaks there: only ``https://``, ``http://``, ``mailto:`` and ``#anchor`` links work)."""
+    problems = []
+    size = len(text.encode("utf-8"))
+    if size > INDEX_LIMIT:
+        problems.append(f"{size} bytes, over the {INDEX_LIMIT} the long description may have")
+    folded = " ".join(text.lower().split())
+    problems += [f"says {words!r}" for words in INDEX_WRONG if words in folded]
+    for match in LINK.finditer(text):
+        target = next(group for group in match.groups() if group is not None)
+        if not target.startswith(("https://", "http://", "mailto:", "#")):
+            problems.append(f"a relative link {target!r}")
+    return problems
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,11 @@ a test server named in ``SERVERS`` (its address is exported to the block as ``RO
 ``ROLLMEM_REDIS``; ``redis`` and ``postgres`` are extras too), or else an importable module (a
 feature of a newer version of a package). Without a server the block skips, unless
 ``ROLLMEM_REQUIRE_SERVICES=1``. A block showing pytest tests (it defines ``test_``
-functions, which take no fixtures) has each of them run after it, as pytest would.
+functions, whose only fixture may be ``tmp_path``) has each of them run after it, as pytest would.
+A block titled with a file name (```` ```python title="chatbot.py" ````) is that file of the
+reader's project: before any later block of its page runs, it is written to the scratch
+directory, which is on ``sys.path`` (so a tutorial's tests import its module). A block that only
+includes a file (``--8<--``) shows a file its own tests run.
 
 The reference checks read the source with ``ast`` (no optional package is imported) and, where
 mkdocs is installed (the ``docs`` extra), build the site and read its object inventory.
@@ -42,7 +46,7 @@ DOCS = ROOT / "docs"
 PAGES = DOCS / "pages"
 REFERENCE = [PAGES / "reference.md", *sorted((PAGES / "reference").glob("*.md"))]
 PACKAGE = ROOT / "src" / "rollmem"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BLOCK = re.compile(r'^```python(?: title="(?P<file>[^"]+)")?\n(?P<code>.*?)^```', re.MULTILINE | re.DOTALL)
 DIRECTIVE = re.compile(r"^::: *([\w.]+) *$", re.MULTILINE)
 # server name in "# needs:" -> (the variable the test run is given, the one exported to the block)
 SERVERS = {
@@ -58,13 +62,32 @@ def _documents() -> list[Path]:
 
 
 def _blocks() -> list[tuple[str, str]]:
+    """``(page:line, code)`` of every example to run, in page order."""
+    return [(where, code) for where, code, _ in _page_blocks()]
+
+
+def _page_blocks() -> list[tuple[str, str, dict[str, str]]]:
+    """``(page:line, code, files)``: each example, with the files (name -> code) the blocks
+    titled with a file name before it on its page make."""
     blocks = []
     for path in _documents():
         text = path.read_text(encoding="utf-8")
+        files: dict[str, str] = {}
         for match in BLOCK.finditer(text):
+            if match["code"].startswith("--8<--"):
+                continue
             line = text.count("\n", 0, match.start()) + 1
-            blocks.append((f"{path.relative_to(ROOT).as_posix()}:{line}", match.group(1)))
+            blocks.append((f"{path.relative_to(ROOT).as_posix()}:{line}", match["code"], dict(files)))
+            if match["file"]:
+                files[match["file"]] = match["code"]
     return blocks
+
+
+def test_a_file_block_is_written_for_the_blocks_after_it() -> None:
+    made = [sorted(files) for where, _, files in _page_blocks() if where.startswith("docs/pages/tutorial")]
+    assert made == [[], ["chatbot.py"], ["chatbot.py"]]  # chatbot.py, trying it, test_chatbot.py
+    shown = [where for where, code, _ in _page_blocks() if "--8<--" in code.split("\n", 1)[0]]
+    assert shown == []  # the reference implementation's page shows its file: not an example
 
 
 def _importable(name: str) -> bool:
@@ -119,19 +142,9 @@ FENCE = re.compile(
 #: Pages whose examples other branches are rewriting now (globs, from the repository's root). The
 #: final docs pass wraps them to CODE_COLUMNS and empties this list; a new page is never added.
 WIDE_PENDING = [
-    "README.md",
-    "docs/pages/adapters.md",
-    "docs/pages/architecture.md",
-    "docs/pages/concepts.md",
     "docs/pages/cost.md",
     "docs/pages/integrations/*.md",
     "docs/pages/memory-classes.md",
-    "docs/pages/promises.md",
-    "docs/pages/sessions-log.md",
-    "docs/pages/sessions.md",
-    "docs/pages/stores.md",
-    "docs/pages/testing.md",
-    "docs/pages/tracing.md",
 ]
 
 
@@ -172,20 +185,44 @@ def test_docs_have_examples() -> None:
     assert len(_blocks()) >= 25
 
 
-@pytest.mark.parametrize(("where", "code"), _blocks(), ids=[where for where, _ in _blocks()])
-def test_python_block_runs(where: str, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _run_tests(namespace: dict[str, Any], scratch: Path) -> None:
+    """Run each ``test_`` function a block defined, as pytest would: ``tmp_path`` is the one
+    fixture given (a new folder for each test)."""
+    for name, test in list(namespace.items()):
+        if name.startswith("test_") and inspect.isfunction(test):
+            wanted = list(inspect.signature(test).parameters)
+            assert set(wanted) <= {"tmp_path"}, f"{name}: only the tmp_path fixture is given"
+            folder = scratch / f"pytest-{name}"
+            folder.mkdir()
+            test(*([folder] if wanted else []))
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "files"), _page_blocks(), ids=[where for where, _, _ in _page_blocks()]
+)
+def test_python_block_runs(
+    where: str, code: str, files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reason = _missing(code)
     if reason:
         pytest.skip(reason)
     monkeypatch.chdir(tmp_path)
     for given, exported in SERVERS.values():
         monkeypatch.setenv(exported, os.environ.get(given, ""))
+    if files:  # the reader's files so far: importable, and forgotten after this test
+        for name, text in files.items():
+            (tmp_path / name).write_text(text, encoding="utf-8")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        for module in [Path(name).stem for name in files]:
+            monkeypatch.delitem(sys.modules, module, raising=False)
     if "# needs: google.adk" not in code:
         namespace: dict[str, Any] = {"__name__": "__docs__"}
-        exec(compile(code, where, "exec"), namespace)
-        for name, test in list(namespace.items()):  # a pytest-style example: run its tests
-            if name.startswith("test_") and inspect.isfunction(test):
-                test()
+        try:
+            exec(compile(code, where, "exec"), namespace)
+            _run_tests(namespace, tmp_path)
+        finally:
+            for module in [Path(name).stem for name in files]:
+                sys.modules.pop(module, None)
         return
     # google-adk's SqliteSessionService checks its schema inside `with sqlite3.connect(...)`, which
     # never closes (Python 3.13 warns at collection): collect its connections here, not in a later test.
@@ -444,6 +481,7 @@ def test_built_reference_search_names_the_class(site: Path) -> None:
 #: page is one more line: its address in a version of the site and a word of its title.
 SITE_PAGES = {
     "": "rollmem",
+    "tutorial/": "Build a chatbot",
     "controls/": "Controls",
     "reference/": "Core",
 }
@@ -601,6 +639,20 @@ def test_site_page_renders_in_a_browser(served: str, page: str, tmp_path: Path) 
     assert source.is_file()
     assert version == ["0.7.0 latest"], "the version selector does not show the version of the page"
     assert shot.stat().st_size > 20_000  # a page with content, not a blank one
+
+
+def test_tutorial_in_a_browser(served: str) -> None:
+    """The tutorial's two files are titled with their names, and its first link opens the page
+    it names in the same version of the site."""
+    with _page() as (view, broken):
+        view.goto(served + "latest/tutorial/", wait_until="networkidle")
+        files = view.locator(".md-typeset .highlight .filename").all_text_contents()
+        view.locator(".md-typeset a", has_text="Saving state and sessions").first.click()
+        view.wait_for_url(served + "latest/sessions/")
+        title = view.title()
+    assert not broken, broken
+    assert files == ["chatbot.py", "test_chatbot.py"]
+    assert "Saving state and sessions" in title
 
 
 def test_version_selector_in_a_browser(served: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from readme_commands import ReadmeError, commands, script
+from readme_commands import INDEX_LIMIT, ReadmeError, commands, index_problems, script
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = Path(__file__).resolve().parent / "readme_commands.py"
@@ -84,9 +84,48 @@ def test_a_readme_that_does_not_say_what_to_run_is_an_error(text: str, error: st
     assert str(caught.value) == error
 
 
-def test_an_unmarked_readme_runs_its_first_two_shell_blocks() -> None:
-    text = "```python\nx = 1\n```\n```sh\nsetup\n```\n```sh\ntest\n```\n```sh\nlater\n```\n"
-    assert script(text) == "setup\ntest\n"
+def test_unmarked_shell_blocks_are_not_commands() -> None:
+    text = "```sh\nsetup\n```\n```sh\ntest\n```\n"
+    with pytest.raises(ReadmeError, match="no set-up block"):
+        commands(text)
+
+
+def test_the_readme_reads_right_on_the_package_index() -> None:
+    """The rules ``.ci/run`` applies to the built wheel's long description, on its source."""
+    assert index_problems((ROOT / "README.md").read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "x" * (INDEX_LIMIT + 1),
+            f"{INDEX_LIMIT + 1} bytes, over the {INDEX_LIMIT} the long description may have",
+        ),
+        (
+            "é" * (INDEX_LIMIT // 2 + 1),
+            f"{INDEX_LIMIT + 2} bytes, over the {INDEX_LIMIT} the long description may have",
+        ),
+        ("This is rollmem 0.7.0,\nnot yet\nreleased.", "says 'not yet released'"),
+        ("From a clone of the repository: pip install -e .", "says 'from a clone'"),
+        ("See [the docs](docs/pages/index.md).", "a relative link 'docs/pages/index.md'"),
+        ("![logo](img/logo.png)", "a relative link 'img/logo.png'"),
+        ("[docs]: ../docs/\n", "a relative link '../docs/'"),
+        ('<a href="CONTRIBUTING.md">how</a>', "a relative link 'CONTRIBUTING.md'"),
+        ("[x](<docs/a b.md>)", "a relative link 'docs/a'"),
+    ],
+)
+def test_what_is_wrong_on_the_package_index(text: str, problem: str) -> None:
+    assert index_problems(text) == [problem]
+
+
+def test_absolute_links_and_anchors_are_right_on_the_package_index() -> None:
+    text = (
+        "[site](https://rollmem.github.io/rollmem/latest/) [top](#install) [mail](mailto:a@b.c)\n"
+        '[ref]: http://example.com/x\n<img src="https://img.shields.io/badge/x">\n'
+        "In a clone of the repository, `pip install -e .` (released as 0.7.0).\n"
+    )
+    assert index_problems(text) == []
 
 
 def test_the_script_prints_the_commands_or_one_error_line(tmp_path: Path) -> None:

@@ -1,12 +1,12 @@
 """The change record of a memory: every change, as a small frozen value, in the order it happened.
 
-A memory reports what happens to it through :meth:`~rollmem.memory.RollingMemory.record`::
+A memory reports what happens to it through :meth:`~rollmem.memory.RollingMemory.record`:
 
     with memory.record() as changes:
         memory.add_user_message("hi")
-    # changes == [Appended(messages=(Message("user", "hi"),), costs=(1,))] (and a Folded/Dropped
-    # if the add made the policy evict)
-    other.replay(changes)          # await other.replay(changes) for an async memory
+    # changes == [Appended(messages=(Message("user", "hi"),), costs=(1,))],
+    # then a Folded or Dropped if the add made the policy evict
+    other.replay(changes)  # await other.replay(changes) for an async memory
 
 The record is enough to mirror a memory anywhere (a database, a UI, an audit log): a fold names
 the buffer positions that left and the new summary, an append the messages and their costs.
@@ -16,19 +16,17 @@ evicts, as it would have), an automatic fold or drop is left to that policy, an 
 ``fold(keep_last)`` is redone, a pin whose message is gone is skipped. :mod:`rollmem.sessions`
 writes only what a turn added from it, and replays a block that lost a write to another writer.
 
-===================  =================================================================
-record               what happened
-===================  =================================================================
-``Appended``         messages were added at the end of the buffer (with their costs)
-``Folded``           messages left the buffer into the summary, which is now ``summary``
-``Dropped``          messages left the buffer without a summarizer (the summary is unchanged)
-``Cleared``          summary and buffer were emptied
-``Pinned``           the buffer messages with this id were pinned
-``Unpinned``         ... unpinned
-``SummaryAssigned``  ``memory.summary = ...``
-``BufferAssigned``   ``memory.buffer = ...``
-``Restored``         ``memory.restore(data)``: summary and buffer replaced
-===================  =================================================================
+| record | what happened |
+|---|---|
+| ``Appended`` | messages were added at the end of the buffer (with their costs) |
+| ``Folded`` | messages left the buffer into the summary, which is now ``summary`` |
+| ``Dropped`` | messages left the buffer without a summarizer (the summary is unchanged) |
+| ``Cleared`` | summary and buffer were emptied |
+| ``Pinned`` | the buffer messages with this id were pinned |
+| ``Unpinned`` | ... unpinned |
+| ``SummaryAssigned`` | ``memory.summary = ...`` |
+| ``BufferAssigned`` | ``memory.buffer = ...`` |
+| ``Restored`` | ``memory.restore(data)``: summary and buffer replaced |
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""The exceptions rollmem raises, in one small tree::
+"""The exceptions rollmem raises, in one small tree:
 
     RollmemError
-     ├── InvalidStateError (ValueError)    state that cannot be read; .path names the field
-     │    └── StateTypeError (TypeError)   ...because a field has the wrong type
-     ├── ConflictError                     a compare-and-set save kept losing to other writers
-     ├── StoreUnavailableError             a store failed or was unreachable (wraps the driver's error)
-     └── MissingExtraError (ImportError)   a helper needs a package: names the extra to install
+     ├── InvalidStateError (ValueError)   unreadable state; .path names the field
+     │    └── StateTypeError (TypeError)  ...because a field has the wrong type
+     ├── ConflictError                    a compare-and-set save lost to other writers
+     ├── StoreUnavailableError            a store failed or is unreachable (wraps the
+     │                                    driver's error)
+     └── MissingExtraError (ImportError)  a helper needs a package: names its extra
 
 Bad arguments to a constructor or an ``add_*`` method raise the plain built-in
 ``TypeError``/``ValueError`` with a message naming the argument.
