@@ -115,6 +115,16 @@ def _files(name: str) -> frozenset[str]:
     return frozenset(os.path.abspath(dist.locate_file(path)) for path in dist.files or ())
 
 
+def not_here(extra: str, module: str) -> Optional[str]:
+    """Why ``module`` is missing when the extra installs its package only where this Python is
+    not (a ``python_version`` marker), else ``None``."""
+    top = canonicalize_name(module.partition(".")[0])
+    for requirement in declared()[extra]:
+        if canonicalize_name(requirement.name) == top and not _here(requirement):
+            return f"the {extra!r} extra installs {requirement.name} only where {requirement.marker}"
+    return None
+
+
 def need(extra: str, module: str) -> Any:
     """``module`` imported, for a test that needs ``extra``: skip when the extra is not installed;
     fail when ``module`` is not a module of the extra's packages (see the module docstring)."""
@@ -124,6 +134,9 @@ def need(extra: str, module: str) -> Any:
     try:
         imported = importlib.import_module(module)
     except ImportError as error:
+        elsewhere = not_here(extra, module)
+        if elsewhere is not None:  # e.g. langchain, which the extra installs on Python 3.10+ only
+            raise pytest.skip.Exception(elsewhere, allow_module_level=True) from None
         pytest.fail(f"{module} cannot be imported though the {extra!r} extra is installed: {error}")
     path = os.path.abspath(getattr(imported, "__file__", None) or "")
     if not any(path in _files(name) for name in _provided(extra)):

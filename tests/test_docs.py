@@ -39,7 +39,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from _optional import declared, has, missing, skip_unless
+from _optional import declared, has, missing, not_here, skip_unless
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -105,6 +105,8 @@ def _missing(code: str) -> str | None:
         need = need.strip()
         if need in declared() and not has(need):
             return missing(need)
+        if need in declared() and not _importable(need) and not_here(need, need):
+            return not_here(need, need)  # langchain: the extra has langchain on Python 3.10+ only
         if need in SERVERS:
             variable = SERVERS[need][0]
             if not os.environ.get(variable):

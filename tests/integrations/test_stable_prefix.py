@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 import pytest
-from tests._optional import skip_unless
+from tests._optional import need, skip_unless
 
 from provider_rules import (
     assert_gemini_accepts,
@@ -47,7 +47,7 @@ def extends(before: list[Any], after: list[Any]) -> bool:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_langchain_middleware_requests(seed: int) -> None:
-    skip_unless("langchain")  # LangChain v1: Python 3.10+
+    need("langchain", "langchain.agents")  # LangChain v1: Python 3.10+
     from langchain_core.messages import HumanMessage, SystemMessage, convert_to_openai_messages
 
     from rollmem.integrations.langchain import RollingMemoryMiddleware
@@ -80,7 +80,7 @@ def test_langchain_middleware_requests(seed: int) -> None:
 
 
 def test_langchain_middleware_opens_a_long_tool_chain_with_a_user_turn() -> None:
-    skip_unless("langchain")  # LangChain v1: Python 3.10+
+    need("langchain", "langchain.agents")  # LangChain v1: Python 3.10+
     from langchain_core.messages import AIMessage, HumanMessage
 
     from rollmem.adapters import CONTINUATION_TEXT
