@@ -15,14 +15,13 @@ import threading
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, ClassVar, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Optional, TypeVar, get_args
 
 from . import _tracing
 from . import _validate as v
 from ._ledger import COST_LIMIT, Ledger, Plan, checked_messages
 from ._types import EvictHook, TokenCounter
 from .changes import (
-    _CHANGE_TYPES,
     Appended,
     BufferAssigned,
     Change,
@@ -38,17 +37,6 @@ from .errors import InvalidStateError
 from .message import SYSTEM, Message
 from .policies import Policy
 
-_ASYNC_TWINS: dict[type, type] = {}
-"""Each sync class -> the async class with the same policy (declared by the async class:
-``class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory)``)."""
-
-
-def _async_advice(cls: type) -> str:
-    twin = next((_ASYNC_TWINS[base] for base in cls.__mro__ if base in _ASYNC_TWINS), None)
-    if twin is not None:
-        return f"use {twin.__name__} for async callables"
-    return f"{cls.__name__} calls it synchronously; pass a plain function (AsyncMemory takes coroutines)"
-
 
 class _MemoryState:
     """State, measuring and the plain changes shared by every memory class; the eviction rule is
@@ -57,6 +45,8 @@ class _MemoryState:
     _sync_callbacks: ClassVar[bool] = False
     """Declared by the driver: ``True`` when it calls ``summarize_fn`` and ``on_evict`` without
     awaiting them (coroutine functions are then refused, with advice naming the async twin)."""
+    _async_twin: ClassVar[str] = ""
+    """Declared by a sync class that has an async twin (``"AsyncRollingMemory"``): the advice."""
 
     def __init__(
         self,
@@ -65,8 +55,8 @@ class _MemoryState:
         on_evict: Optional[EvictHook] = None,
     ) -> None:
         if self._sync_callbacks:
-            v.check_not_coroutine("summarize_fn", summarize_fn, _async_advice(type(self)))
-            v.check_not_coroutine("on_evict", on_evict, _async_advice(type(self)))
+            v.check_not_coroutine("summarize_fn", summarize_fn, self._async_advice())
+            v.check_not_coroutine("on_evict", on_evict, self._async_advice())
         if not isinstance(policy, Policy):
             raise v.type_error("policy", "a rollmem.policies.Policy", policy)
         v.check_callable("summarize_fn", summarize_fn, optional=True)
@@ -86,6 +76,12 @@ class _MemoryState:
         self._recorders: list[list[Change]] = []  # the lists recording changes now (copied on change)
         self._journal: Optional[list[Change]] = None  # the list of start_recording(), if running
         self._counting: set[int] = set()  # threads inside a token_counter call
+
+    def _async_advice(self) -> str:
+        if self._async_twin:
+            return f"use {self._async_twin} for async callables"
+        name = type(self).__name__
+        return f"{name} calls it synchronously; pass a plain function (AsyncMemory takes coroutines)"
 
     @property
     def policy(self) -> Policy:
@@ -296,7 +292,7 @@ class _MemoryState:
     def on_evict(self, hook: Optional[EvictHook]) -> None:
         v.check_callable("on_evict", hook, optional=True)
         if self._sync_callbacks:
-            v.check_not_coroutine("on_evict", hook, _async_advice(type(self)))
+            v.check_not_coroutine("on_evict", hook, self._async_advice())
         self._on_evict = hook
 
     @property
@@ -483,7 +479,7 @@ class _Folding(_MemoryState):
         (on the classes with a public ``fold()``) of ``fold`` for the adds and explicit folds."""
         batch = list(changes)
         for index, change in enumerate(batch):
-            if not isinstance(change, _CHANGE_TYPES):
+            if not isinstance(change, get_args(Change)):
                 raise v.type_error(f"changes[{index}]", "a rollmem.changes record", change)
         for change in batch:
             if isinstance(change, Appended):

@@ -7,9 +7,9 @@
   ``MessageWindow`` for :class:`WindowMemory`, ``FoldAll`` for :class:`SummaryMemory`,
   ``KeepAll`` for :class:`BufferMemory`);
 - the base :class:`_Memory` holds everything that needs no I/O, in three layers: the state and
-  its plain changes, each recorded (:mod:`rollmem._state`); the *flows*, generators written once
-  that yield the calls to make (:mod:`rollmem._folding`: the fold, settling after an add,
-  ``extend``, ``fold(keep_last)``, ``replay``); and here the reads and serialization;
+  its plain changes, each recorded, then the *flows*, generators written once that yield the
+  calls to make (both in :mod:`rollmem._base`: the fold, settling after an add, ``extend``,
+  ``fold(keep_last)``, ``replay``), and here the reads and serialization;
 - the driver performs what a flow yields (``_perform``, run by :mod:`rollmem._flow`) and holds
   the fold lock: :class:`_SyncMemory` (plain methods, thread-safe) calls it, :class:`_AsyncMemory`
   (coroutine methods, optionally folding in a background task) also awaits what returns an
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from . import _validate as v
-from ._base import _ASYNC_TWINS, PlanFn, _async_advice, _Call, _Folding
+from ._base import PlanFn, _Call, _Folding
 from ._flow import arun, run
 from ._ledger import COST_LIMIT
 from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
@@ -245,7 +245,7 @@ class _SyncMemory(_Memory):
             close = getattr(result, "close", None)
             if callable(close):
                 close()  # a coroutine that is never awaited would warn
-            raise TypeError(f"summarize_fn returned an awaitable: {_async_advice(type(self))}")
+            raise TypeError(f"summarize_fn returned an awaitable: {self._async_advice()}")
         return result
 
     def add_message(
@@ -343,13 +343,6 @@ class _SyncMemory(_Memory):
 class _AsyncMemory(_Memory):
     """The async driver: coroutine methods; safe for many tasks on one loop. Folds are
     serialized; ``summarize_fn`` and ``on_evict`` may be plain or coroutine functions."""
-
-    def __init_subclass__(cls, twin_of: Optional[type[_Memory]] = None, **kwargs: Any) -> None:
-        """``class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory)``: the sync class whose
-        refusal of a coroutine function names this class."""
-        super().__init_subclass__(**kwargs)
-        if twin_of is not None:
-            _ASYNC_TWINS[twin_of] = cls
 
     def __init__(
         self,
@@ -520,6 +513,7 @@ class Memory(_SyncMemory):
     error propagates. ``on_evict`` is called with what left, after each committed eviction."""
 
     _folds_on_request = True
+    _async_twin = "AsyncMemory"
 
     def fold(self, keep_last: int = 0) -> int:
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
@@ -527,7 +521,7 @@ class Memory(_SyncMemory):
         return run(self._fold_keeping_flow(keep_last), self._perform)
 
 
-class AsyncMemory(_AsyncMemory, twin_of=Memory):
+class AsyncMemory(_AsyncMemory):
     """:class:`Memory` for async code: the base of the async classes. The ``add_*`` methods,
     ``extend`` and ``fold`` are coroutines and ``summarize_fn``/``on_evict`` may be async. With
     ``background=True`` an add returns once the message is appended and the fold runs as a task
@@ -553,6 +547,8 @@ class RollingMemory(Memory):
     dropped without one. If the summarizer raises, nothing changes and the error propagates.
     Thread-safe. Policy: :class:`~rollmem.policies.TokenBudget`.
     """
+
+    _async_twin = "AsyncRollingMemory"
 
     max_tokens = _PolicySetting("max_tokens", "The token budget of the buffer (an ``int`` > 0); validated.")
     target_tokens = _PolicySetting(
@@ -599,7 +595,7 @@ class RollingMemory(Memory):
         return memory
 
 
-class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory):
+class AsyncRollingMemory(AsyncMemory):
     """:class:`RollingMemory` for async code: the ``add_*`` methods, ``extend`` and ``fold`` are
     coroutines and ``summarize_fn`` may be async. With ``background=True`` an add returns once the
     message is appended and the fold runs as a task (see :meth:`flush`); meanwhile the context may
@@ -671,12 +667,14 @@ class SummaryMemory(Memory):
     with one call. If the call fails the message stays in the buffer until the next add folds it.
     Policy: :class:`~rollmem.policies.FoldAll`."""
 
+    _async_twin = "AsyncSummaryMemory"
+
     def __init__(self, summarize_fn: SummarizeFn, *, on_evict: Optional[EvictHook] = None) -> None:
         _check_summarizer(summarize_fn)
         super().__init__(FoldAll(), summarize_fn, on_evict=on_evict)
 
 
-class AsyncSummaryMemory(AsyncMemory, twin_of=SummaryMemory):
+class AsyncSummaryMemory(AsyncMemory):
     """:class:`SummaryMemory` for async code, with the concurrency guarantees of
     :class:`AsyncRollingMemory`."""
 
