@@ -27,8 +27,8 @@ from .._threads import in_thread
 from .._validate import redact_url
 from ..errors import ConflictError, StoreUnavailableError
 from . import rules
-from ._loop import LoopBound
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
+from ._server import FlowStore, LoopBound
 
 if TYPE_CHECKING:
     from psycopg.sql import Composed
@@ -56,6 +56,7 @@ _LOAD = (
     f"WHERE h.session_id = %s AND {_HEAD_LIVE} ORDER BY 8 NULLS FIRST"
 )
 _ID = "coalesce(full_id, session_id)"  # a session's id, whatever its key
+_READS = ("load", "listing")  # the actions that run without a transaction
 
 
 def _import_driver() -> ModuleType:
@@ -190,7 +191,7 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
     )
 
 
-class PostgresStore(rules.Closing):
+class PostgresStore(FlowStore):
     """A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`)
     in PostgreSQL, shared by every process that reaches the server.
 
@@ -439,9 +440,9 @@ class PostgresStore(rules.Closing):
         count, _ = yield self._sql.purge, ()
         return count
 
-    # -- running a flow: each step one statement on the call's connection ---------------------
+    # -- running a flow: one statement per step on the call's connection, a write in a transaction
 
-    def _run(self, action: str, session_id: Optional[str], flow: Flow[T], *, write: bool = False) -> T:
+    def _run(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
         from psycopg.rows import tuple_row
 
         pool = self._sync_pool()
@@ -456,10 +457,10 @@ class PostgresStore(rules.Closing):
                 with conn.transaction():
                     run(self._create_flow(), perform)
                 self._ready = True
-            with conn.transaction() if write else ExitStack():  # a read: no transaction
+            with ExitStack() if action in _READS else conn.transaction():
                 return run(flow, perform)
 
-    async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T], *, write: bool = False) -> T:
+    async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
         from psycopg.rows import tuple_row
 
         pool = await self._async_pool()
@@ -475,36 +476,10 @@ class PostgresStore(rules.Closing):
                     async with conn.transaction():
                         await arun(self._create_flow(), perform)
                     self._ready = True
-                async with conn.transaction() if write else AsyncExitStack():
+                async with AsyncExitStack() if action in _READS else conn.transaction():
                     return await arun(flow, perform)
 
-    # -- blocking methods ------------------------------------------------------------------------
-
-    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """The live session, or ``None`` when it is absent or expired; with ``since``, only the
-        entries appended after it when its incarnation and revision still hold. One query."""
-        rules.check_load(session_id, since)
-        return self._run("load", session_id, self._load_flow(session_id, since))
-
-    def write(self, session_id: str, change: LogWrite) -> Head:
-        """Apply ``change`` in one transaction and return the new head; else raise
-        ``ConflictError`` and write nothing."""
-        rules.check_write(session_id, change)
-        return self._run("write", session_id, self._write_flow(session_id, change), write=True)
-
-    def delete(self, session_id: str) -> bool:
-        """Remove the session; ``True`` if a live one was there."""
-        rules.check_session_id(session_id)
-        return self._run("delete", session_id, self._delete_flow(session_id), write=True)
-
-    def ids(self, prefix: str = "") -> list[str]:
-        """The ids of the live sessions that start with ``prefix``, sorted."""
-        rules.check_prefix(prefix)
-        return self._run("listing", None, self._ids_flow(prefix))
-
-    def purge_expired(self) -> int:
-        """Delete the expired sessions and return how many went."""
-        return self._run("purge", None, self._purge_flow(), write=True)
+    # -- closing -----------------------------------------------------------------------------------
 
     def _take(self) -> tuple[Optional[ConnectionPool[Any]], Optional[LoopBound[AsyncConnectionPool[Any]]]]:
         """Mark the store closed and take the pools it opened (not a pool it was given)."""
@@ -523,32 +498,6 @@ class PostgresStore(rules.Closing):
             pool.close()
         if bound is not None:
             bound.close()
-
-    # -- async methods ---------------------------------------------------------------------------
-
-    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """Async twin of :meth:`load`."""
-        rules.check_load(session_id, since)
-        return await self._arun("load", session_id, self._load_flow(session_id, since))
-
-    async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        """Async twin of :meth:`write`."""
-        rules.check_write(session_id, change)
-        return await self._arun("write", session_id, self._write_flow(session_id, change), write=True)
-
-    async def adelete(self, session_id: str) -> bool:
-        """Async twin of :meth:`delete`."""
-        rules.check_session_id(session_id)
-        return await self._arun("delete", session_id, self._delete_flow(session_id), write=True)
-
-    async def aids(self, prefix: str = "") -> list[str]:
-        """Async twin of :meth:`ids`."""
-        rules.check_prefix(prefix)
-        return await self._arun("listing", None, self._ids_flow(prefix))
-
-    async def apurge_expired(self) -> int:
-        """Async twin of :meth:`purge_expired`."""
-        return await self._arun("purge", None, self._purge_flow(), write=True)
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close` (a blocking pool is closed in a worker thread)."""

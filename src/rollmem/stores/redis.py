@@ -30,8 +30,8 @@ from .._flow import arun, run
 from .._validate import redact_url
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
 from . import rules
-from ._loop import LoopBound
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
+from ._server import FlowStore, LoopBound
 
 if TYPE_CHECKING:
     import redis
@@ -782,7 +782,7 @@ class _Clients:
 # -- the store ---------------------------------------------------------------------------------------
 
 
-class RedisStore(rules.Closing):
+class RedisStore(FlowStore):
     """A session store in Redis or Redis Cluster, shared by every process that reaches it.
 
     ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` or
@@ -860,20 +860,17 @@ class RedisStore(rules.Closing):
 
     def _keys(self, session_id: str) -> list[str]:
         """The head hash and the log list, in one hash slot."""
-        rules.check_session_id(session_id)
         return [self._tagged(session_id, "head"), self._tagged(session_id, "log")]
 
     # -- each operation once, yielding its Redis calls -------------------------------------------
 
     def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
-        rules.check_load(session_id, since)
         keys = self._keys(session_id)
         if since is None and not self._clients.cluster:
             return _snapshot(self, session_id, (yield _ReadAll(keys)))
         return _loaded(self, session_id, (yield _Script(0, keys, _load_args(since))))
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
-        rules.check_write(session_id, change)
         reply = yield _Script(1, self._keys(session_id), _write_args(change, uuid.uuid4().hex))
         return _written(self, session_id, change, reply)
 
@@ -881,7 +878,6 @@ class RedisStore(rules.Closing):
         return bool((yield _Delete(self._keys(session_id))))
 
     def _ids_flow(self, prefix: str) -> Flow[list[str]]:
-        rules.check_prefix(prefix)
         keys = yield _Scan(_glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*")
         ids = [_decode_id(m.group(1)) for m in map(_HEAD.match, keys, repeat(len(self._prefix))) if m]
         return sorted(session_id for session_id in ids if session_id.startswith(prefix))
@@ -892,59 +888,19 @@ class RedisStore(rules.Closing):
     async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
         return await arun(flow, functools.partial(self._clients.aperform, action, session_id))
 
-    # -- the LogStore protocol ---------------------------------------------------------------------
-
-    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """The live session, or ``None`` when it is absent or expired: one round trip (a script,
-        or off a cluster a MULTI/EXEC for a whole load). With ``since`` (same incarnation and
-        revision as the live head) only the entries appended after it."""
-        return self._run("load", session_id, self._load_flow(session_id, since))
-
-    def write(self, session_id: str, change: LogWrite) -> Head:
-        """Apply ``change`` in one atomic script and return the new head; else raise
-        ``ConflictError`` and write nothing."""
-        return self._run("write", session_id, self._write_flow(session_id, change))
-
-    def delete(self, session_id: str) -> bool:
-        """Remove the session (every key of it); ``True`` if a live one was there."""
-        return self._run("delete", session_id, self._delete_flow(session_id))
-
-    def ids(self, prefix: str = "") -> list[str]:
-        """The ids of the live sessions that start with ``prefix``, sorted (in a cluster: of
-        every primary)."""
-        return self._run("listing", None, self._ids_flow(prefix))
-
     def purge_expired(self) -> int:
         """Return 0: Redis removes expired sessions by itself."""
         self._clients.check_open()
         return 0
 
+    async def apurge_expired(self) -> int:
+        """Async twin of :meth:`purge_expired`."""
+        return self.purge_expired()
+
     def close(self) -> None:
         """Close the clients this store made from its URL, the asyncio one too (not a client it
         was given); every later call raises ``StoreUnavailableError`` (``... is closed``)."""
         self._clients.close()
-
-    # -- the AsyncLogStore protocol --------------------------------------------------------------
-
-    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """Async twin of :meth:`load`."""
-        return await self._arun("load", session_id, self._load_flow(session_id, since))
-
-    async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        """Async twin of :meth:`write`."""
-        return await self._arun("write", session_id, self._write_flow(session_id, change))
-
-    async def adelete(self, session_id: str) -> bool:
-        """Async twin of :meth:`delete`."""
-        return await self._arun("delete", session_id, self._delete_flow(session_id))
-
-    async def aids(self, prefix: str = "") -> list[str]:
-        """Async twin of :meth:`ids`."""
-        return await self._arun("listing", None, self._ids_flow(prefix))
-
-    async def apurge_expired(self) -> int:
-        """Async twin of :meth:`purge_expired`."""
-        return self.purge_expired()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
