@@ -127,8 +127,9 @@ return {'n'}
 # Returns {'ok', incarnation, revision, summary, tail, has counter, counter},
 # {'c', <same head fields>} (a conflict), {'c'} (no live session) or {'v', layout} (a head of
 # another layout version).
-# A write resent by the client (its reply was lost) finds its token among the last _WRITERS
-# writers' tokens kept in the head, and succeeds again without being applied twice.
+# A create starts from an empty head (revision 0, tail 0) and goes on as any other write. A write
+# resent by the client (its reply was lost) finds its token among the last _WRITERS writers'
+# tokens kept in the head, and succeeds again without being applied twice.
 # Removing "below cut, except keep" is the rule of rules.apply_write, here in Lua.
 _WRITERS = 8
 _WRITE_SCRIPT = _named(
@@ -157,50 +158,39 @@ local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'count
 if h[6] and h[6] ~= LAYOUT then
   return {'v', h[6]}
 end
+local append = append_only == '1'
+local writers, revision, tail = '', 0, 0
 if not h[1] then
   if create ~= '1' then
     return {'c'}
   end
   redis.call('DEL', KEYS[2])
-  local tail = 0
-  for i = FIRST_ENTRY, #ARGV, 2 do
-    redis.call('RPUSH', KEYS[2], tail .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1])
-    tail = tail + 1
-  end
-  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', 1, 'summary', summary,
-    'tail', tail, 'writers', token, 'layout', LAYOUT)
-  if has_counter == '1' then
-    redis.call('HSET', KEYS[1], 'counter', counter)
-  end
-  expire()
-  return head_reply('ok')
-end
-local writers = h[5] or ''
-if string.find(' ' .. writers .. ' ', ' ' .. token .. ' ', 1, true) then
-  return head_reply('ok')
-end
-if create == '1' or h[1] ~= incarnation then
-  return head_reply('c')
-end
-local revision = number(h[2], 'revision')
-if type(revision) == 'table' then return revision end
-local tail = number(h[3], 'tail')
-if type(tail) == 'table' then return tail end
-if expected_revision ~= '' and revision ~= tonumber(expected_revision) then
-  return head_reply('c')
-end
-if expected_tail ~= '' and tail ~= tonumber(expected_tail) then
-  return head_reply('c')
-end
-local append = append_only == '1'
-if append and ((has_counter == '1') ~= (h[4] ~= false) or (h[4] and h[4] ~= counter)) then
-  return head_reply('c')
-end
-if replace == '1' then
-  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'summary', summary)
 else
-  local below = tonumber(cut)
-  if below > 0 then
+  writers = h[5] or ''
+  if string.find(' ' .. writers .. ' ', ' ' .. token .. ' ', 1, true) then
+    return head_reply('ok')
+  end
+  if create == '1' or h[1] ~= incarnation then
+    return head_reply('c')
+  end
+  revision = number(h[2], 'revision')
+  if type(revision) == 'table' then return revision end
+  tail = number(h[3], 'tail')
+  if type(tail) == 'table' then return tail end
+  if expected_revision ~= '' and revision ~= tonumber(expected_revision) then
+    return head_reply('c')
+  end
+  if expected_tail ~= '' and tail ~= tonumber(expected_tail) then
+    return head_reply('c')
+  end
+  if append and ((has_counter == '1') ~= (h[4] ~= false) or (h[4] and h[4] ~= counter)) then
+    return head_reply('c')
+  end
+  if replace == '1' then
+    redis.call('DEL', KEYS[2])
+  elseif cut ~= '0' then
+    local below = tonumber(cut)
     local keep = {}
     for seq in string.gmatch(keep_seqs, '%d+') do
       keep[seq] = true
