@@ -37,7 +37,7 @@ from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, c
 
 from . import _validate as v
 from ._flow import arun, run
-from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
+from ._write_plan import Loaded, Plan, PlannedMemory, plan_write, read_summary, rebase_fold
 from .changes import Appended, Change, Dropped, Folded
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
@@ -49,12 +49,9 @@ __all__ = ["AsyncSessions", "Sessions"]
 
 
 @runtime_checkable
-class _SessionMemory(Protocol):
+class _SessionMemory(PlannedMemory, Protocol):
     """What a session needs from a memory: every rollmem memory class qualifies (a factory's
     result is checked against this protocol)."""
-
-    @property
-    def summary(self) -> str: ...
 
     @property
     def buffer(self) -> list[Message]: ...
@@ -76,8 +73,6 @@ class _SessionMemory(Protocol):
     def replay(self, changes: Iterable[Change]) -> Any: ...
 
     def restore(self, data: Mapping[str, Any], *, costs: Optional[Sequence[int]] = None) -> None: ...
-
-    def costs(self) -> list[int]: ...
 
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -196,6 +191,21 @@ class _LiveCache:
             return live
         return None
 
+    def put_written(
+        self,
+        session_id: str,
+        head: Head,
+        before: Optional[Head],
+        write: LogWrite,
+        seqs: list[int],
+        memory: Any,
+    ) -> None:
+        """Keep ``memory`` live after ``write`` on ``before`` returned ``head``, its entries after
+        ``seqs``: only when the store holds exactly this write (not when others wrote in between:
+        a driver's resent write returns the latest head)."""
+        if head == new_head(before, write, head.incarnation):
+            self.put(session_id, head, [*seqs, *range(head.tail - len(write.entries), head.tail)], memory)
+
     def put(self, session_id: str, head: Head, seqs: list[int], memory: _SessionMemory) -> None:
         if self._size == 0:
             return
@@ -215,16 +225,7 @@ class _LiveCache:
             self._entries.clear()
 
 
-# -- validation -------------------------------------------------------------------------------------
-
-
-_check_session_id = v.check_session_id
-
-
-def _check_options(ttl: object, max_retries: object, cache_size: object) -> None:
-    v.check_ttl(ttl)
-    v.check_int("max_retries", max_retries, 0)
-    v.check_int("cache_size", cache_size, 0)
+# -- the rules of a block ---------------------------------------------------------------------------
 
 
 _SYNC_UPDATE = "Sessions.update calls fn without awaiting it; use AsyncSessions.update"
@@ -266,15 +267,14 @@ class _SessionsBase(Generic[M]):
     _async_memories = False
 
     def __init__(
-        self,
-        factory: Callable[[], M],
-        ttl: Optional[float],
-        max_retries: int,
-        cache_size: int,
+        self, log: Any, factory: Callable[[], M], ttl: Optional[float], max_retries: int, cache_size: int
     ) -> None:
         if not callable(factory):
             raise TypeError(f"factory: expected a callable returning a memory, got {type(factory).__name__}")
-        _check_options(ttl, max_retries, cache_size)
+        v.check_ttl(ttl)
+        v.check_int("max_retries", max_retries, 0)
+        v.check_int("cache_size", cache_size, 0)
+        self._log = log
         self._factory = factory
         self._ttl = ttl
         self._max_retries = max_retries
@@ -380,12 +380,9 @@ class _SessionsBase(Generic[M]):
                 retries = self._count_retry(session_id, retries, exc)
                 yield _Sleep(_backoff(retries))
             else:
-                # Kept live only when the store holds exactly this write on the loaded head: not
-                # when others wrote in between (a driver's resent write returns the latest head).
-                if head == new_head(loaded.head, plan.change, head.incarnation):
-                    first = head.tail - plan.new_count
-                    seqs = [*plan.seqs_before_new, *range(first, head.tail)]
-                    self._live.put(session_id, head, seqs, memory)
+                self._live.put_written(
+                    session_id, head, loaded.head, plan.change, plan.seqs_before_new, memory
+                )
                 return changes
             latest: Optional[StoredLog] = yield _Load(session_id, None)
             loaded = _restore(memory, latest, session_id)
@@ -421,9 +418,7 @@ class _SessionsBase(Generic[M]):
             return None  # the caller reloads and redoes
         appended = [change for change in changes if isinstance(change, Appended)]
         memory.buffer = [*memory.buffer, *(m for change in appended for m in change.messages)]
-        if head == new_head(latest.head, fallback, head.incarnation):
-            first = head.tail - len(fallback.entries)
-            self._live.put(session_id, head, [*loaded.seqs, *range(first, head.tail)], memory)
+        self._live.put_written(session_id, head, latest.head, fallback, loaded.seqs, memory)
         return appended
 
 
@@ -451,6 +446,8 @@ class Sessions(_SessionsBase[M]):
     holds what was saved (plus what others appended since). Thread-safe.
     """
 
+    _log: LogStore
+
     def __init__(
         self,
         store: LogStore,
@@ -462,9 +459,8 @@ class Sessions(_SessionsBase[M]):
     ) -> None:
         if not isinstance(store, LogStore):
             raise v.type_error("store", "a rollmem LogStore", store)
-        super().__init__(factory, ttl, max_retries, cache_size)
+        super().__init__(store, factory, ttl, max_retries, cache_size)
         self._store = store
-        self._log = store
 
     @property
     def store(self) -> LogStore:
@@ -494,9 +490,8 @@ class Sessions(_SessionsBase[M]):
         ``summary`` or ``buffer``: ``fn`` may run more than once and must only change the memory.
         ``fn`` must be a plain function: a coroutine function (or an ``fn`` that returns an
         awaitable) raises ``TypeError`` and nothing is written; use :meth:`AsyncSessions.update`."""
-        _check_session_id(session_id)
-        if not callable(fn):
-            raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+        v.check_session_id(session_id)
+        v.check_callable("fn", fn)
         v.check_not_coroutine("fn", fn, _SYNC_UPDATE)
         retries = 0
         while True:
@@ -511,7 +506,7 @@ class Sessions(_SessionsBase[M]):
 
     @contextmanager
     def _block(self, session_id: str, redo: bool) -> Iterator[M]:
-        _check_session_id(session_id)
+        v.check_session_id(session_id)
         memory, loaded = self._run(self._checkout(session_id))
         hook = memory.on_evict
         memory.on_evict = None  # left off a memory whose block fails: it is dropped
@@ -525,12 +520,12 @@ class Sessions(_SessionsBase[M]):
 
     def get(self, session_id: str) -> Optional[M]:
         """A snapshot of the stored session (``None`` if there is none); changes to it are not saved."""
-        return self._run(self._snapshot(_check_session_id(session_id)))
+        return self._run(self._snapshot(v.check_session_id(session_id)))
 
     def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if there was a live one. A block that loaded it before
         can no longer write to the session (nor to a new one under the same id)."""
-        self._live.discard(_check_session_id(session_id))
+        self._live.discard(v.check_session_id(session_id))
         return self._log.delete(session_id)
 
     def ids(self, prefix: str = "") -> list[str]:
@@ -603,6 +598,7 @@ class AsyncSessions(_SessionsBase[M]):
     """
 
     _async_memories = True
+    _log: AsyncLogStore
 
     def __init__(
         self,
@@ -613,10 +609,8 @@ class AsyncSessions(_SessionsBase[M]):
         max_retries: int = 10,
         cache_size: int = 128,
     ) -> None:
-        log = _async_log(store)
-        super().__init__(factory, ttl, max_retries, cache_size)
+        super().__init__(_async_log(store), factory, ttl, max_retries, cache_size)
         self._store = store
-        self._log = log
 
     @property
     def store(self) -> Union[AsyncLogStore, LogStore]:
@@ -631,9 +625,8 @@ class AsyncSessions(_SessionsBase[M]):
 
     async def update(self, session_id: str, fn: Callable[[M], Union[_T, Awaitable[_T]]]) -> _T:
         """The async twin of :meth:`Sessions.update`; ``fn`` may be a coroutine function."""
-        _check_session_id(session_id)
-        if not callable(fn):
-            raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+        v.check_session_id(session_id)
+        v.check_callable("fn", fn)
         retries = 0
         while True:
             try:
@@ -648,7 +641,7 @@ class AsyncSessions(_SessionsBase[M]):
 
     @asynccontextmanager
     async def _block(self, session_id: str, redo: bool) -> AsyncIterator[M]:
-        _check_session_id(session_id)
+        v.check_session_id(session_id)
         memory, loaded = await self._run(self._checkout(session_id))
         hook = memory.on_evict
         # Left off a memory whose block fails (it is dropped): a background fold still running
@@ -673,11 +666,11 @@ class AsyncSessions(_SessionsBase[M]):
 
     async def get(self, session_id: str) -> Optional[M]:
         """A snapshot of the stored session (``None`` if there is none); changes to it are not saved."""
-        return await self._run(self._snapshot(_check_session_id(session_id)))
+        return await self._run(self._snapshot(v.check_session_id(session_id)))
 
     async def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if there was a live one."""
-        self._live.discard(_check_session_id(session_id))
+        self._live.discard(v.check_session_id(session_id))
         return await self._log.adelete(session_id)
 
     async def ids(self, prefix: str = "") -> list[str]:
