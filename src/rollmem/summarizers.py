@@ -78,15 +78,17 @@ _WORD = re.compile(r"\S+")
 # Bounding a text to a token budget
 
 
-def _longest_prefix(text: str, ends: Sequence[int], limit: int, counter: TokenCounter) -> Optional[str]:
-    """The longest ``text[:end]`` (right-stripped, non-empty) that fits, by binary search on ``ends``."""
+def _last_fitting(
+    bounds: Sequence[int], piece: Callable[[int], str], limit: int, counter: TokenCounter
+) -> Optional[str]:
+    """The last non-empty ``piece(bound)`` that fits, by binary search (pieces grow along ``bounds``)."""
     best: Optional[str] = None
-    low, high = 0, len(ends)
+    low, high = 0, len(bounds)
     while low < high:
         middle = (low + high) // 2
-        piece = text[: ends[middle]].rstrip()
-        if piece and counter(piece) <= limit:
-            best, low = piece, middle + 1
+        candidate = piece(bounds[middle])
+        if candidate and counter(candidate) <= limit:
+            best, low = candidate, middle + 1
         else:
             high = middle
     return best
@@ -103,7 +105,7 @@ def _bound(text: str, limit: int, counter: TokenCounter) -> str:
         [match.end() for match in _WORD.finditer(text)],
         range(1, len(text)),
     ):
-        piece = _longest_prefix(text, ends, limit, counter)
+        piece = _last_fitting(ends, lambda end: text[:end].rstrip(), limit, counter)
         if piece is not None:
             return piece
     return ""
@@ -116,15 +118,7 @@ def _newest_suffix(text: str, limit: int, counter: TokenCounter) -> str:
     if counter(text) <= limit:
         return text
     starts = [match.end() for match in _SENTENCE_END.finditer(text) if match.end() < len(text)]
-    low, high = 0, len(starts)
-    best: Optional[str] = None
-    while low < high:
-        middle = (low + high) // 2
-        piece = text[starts[middle] :].strip()
-        if counter(piece) <= limit:
-            best, high = piece, middle
-        else:
-            low = middle + 1
+    best = _last_fitting(starts[::-1], lambda start: text[start:].strip(), limit, counter)
     if best is not None:
         return best
     return _bound(text[starts[-1] :] if starts else text, limit, counter)
@@ -209,9 +203,7 @@ class _Prompting:
 
     def flow(self, summary: str, messages: Sequence[Message]) -> Generator[str, object, str]:
         """Yields each prompt, receives its completion, returns the new summary."""
-        result = _completion((yield self.template.format(summary=summary, conversation=_render(messages))))
-        if not result:
-            raise ValueError("complete() returned an empty summary")
+        result = _new_summary((yield self.template.format(summary=summary, conversation=_render(messages))))
         if self.limit is None:
             return result
         length = self.counter(result)
