@@ -22,16 +22,15 @@ STATE_VERSION = 2
 and ``rollmem.sessions`` both read it from here)."""
 
 
+def _refuse(*args: object, **kwargs: object) -> NoReturn:
+    raise TypeError("Message.metadata is read-only; build a new Message instead")
+
+
 class _FrozenDict(dict):  # type: ignore[type-arg]
     """A dict that refuses changes: keeps a frozen message frozen, yet pickles and JSON-encodes."""
 
     __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
-        raise TypeError("Message.metadata is read-only; build a new Message instead")
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
-    __ior__ = _refuse
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_FrozenDict, (dict(self),))
@@ -41,10 +40,6 @@ class _FrozenList(list):  # type: ignore[type-arg]
     """A list that refuses changes: what a list inside a message's metadata becomes."""
 
     __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
-        raise TypeError("Message.metadata is read-only; build a new Message instead")
-
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
 
