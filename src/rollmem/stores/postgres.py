@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
-from .._flow import arun, run
-from .._threads import in_thread
+from .._flow import arun, in_thread, run
 from .._validate import redact_url
 from ..errors import ConflictError, StoreUnavailableError
 from . import rules

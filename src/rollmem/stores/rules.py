@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Callable, Optional, TypeVar, cast
 
 from .. import _validate as v
-from .._threads import in_thread
+from .._flow import in_thread
 from ..errors import ConflictError, StoreUnavailableError
 from ._protocol import Head, LogEntry, LogStore, LogWrite, StoredLog
 
