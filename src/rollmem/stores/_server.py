@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Generator
 from contextlib import suppress
 from typing import Any, Callable, Generic, Optional, TypeVar
 
+from .._flow import in_thread
 from . import rules
 from ._protocol import Head, LogWrite, StoredLog
 
@@ -92,6 +93,11 @@ class FlowStore(rules.Closing):
     _ids_flow: Callable[[str], _Flow[list[str]]]
     _purge_flow: Callable[[], _Flow[int]]
 
+    def _take(self) -> tuple[Optional[Callable[[], object]], Optional[LoopBound[Any]]]:
+        """Mark the store closed and take what it opened itself (not what it was given): how to
+        close its blocking client or pool, and its asyncio one."""
+        raise NotImplementedError
+
     def _run(self, action: str, session_id: Optional[str], flow: _Flow[_T]) -> _T:
         raise NotImplementedError
 
@@ -147,3 +153,21 @@ class FlowStore(rules.Closing):
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`purge_expired`."""
         return await self._arun("purge", None, self._purge_flow())
+
+    def close(self) -> None:
+        """Close the clients or pools this store opened, the asyncio one too (on its loop, see
+        :class:`LoopBound`), not one it was given; every later call raises
+        ``StoreUnavailableError`` (``... is closed``). Closing twice is harmless."""
+        close, bound = self._take()
+        if close is not None:
+            close()
+        if bound is not None:
+            bound.close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close` (a blocking client or pool is closed in a worker thread)."""
+        close, bound = self._take()
+        if bound is not None:
+            await bound.aclose()
+        if close is not None:
+            await in_thread(close)

@@ -18,11 +18,11 @@ import uuid
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
-from .._flow import arun, in_thread, run
+from .._flow import arun, run
 from .._validate import redact_url
 from ..errors import ConflictError, StoreUnavailableError
 from . import rules
@@ -100,40 +100,23 @@ def _derived(name: str, suffix: str) -> str:
     return name + suffix
 
 
-class _Sql(NamedTuple):
+class _Sql:
     """The statements of one store, with its table names quoted as identifiers."""
 
-    create: tuple[Composed, ...]
-    version: Composed
-    set_version: Composed
-    load: Composed
-    lock_head: Composed
-    insert_head: Composed
-    update_head: Composed
-    clear_entries: Composed
-    cut_entries: Composed
-    insert_entries: Composed
-    delete_head: Composed
-    ids: Composed
-    purge_entries: Composed
-    purge: Composed
+    def __init__(self, psycopg: ModuleType, parts: list[str]) -> None:
+        sql = psycopg.sql
+        schema, name = parts[:-1], parts[-1]
+        names = {
+            "heads": sql.Identifier(*schema, _derived(name, "_heads")),
+            "log": sql.Identifier(*schema, _derived(name, "_log")),
+            "meta": sql.Identifier(*schema, _derived(name, "_meta")),
+            "index": sql.Identifier(_derived(name, "_heads_expires_at")),
+        }
 
+        def q(text: str) -> Composed:
+            return sql.SQL(text).format(**names)  # type: ignore[no-any-return, unused-ignore]
 
-def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
-    sql = psycopg.sql
-    schema, name = parts[:-1], parts[-1]
-    names = {
-        "heads": sql.Identifier(*schema, _derived(name, "_heads")),
-        "log": sql.Identifier(*schema, _derived(name, "_log")),
-        "meta": sql.Identifier(*schema, _derived(name, "_meta")),
-        "index": sql.Identifier(_derived(name, "_heads_expires_at")),
-    }
-
-    def q(text: str) -> Composed:
-        return sql.SQL(text).format(**names)  # type: ignore[no-any-return, unused-ignore]
-
-    return _Sql(
-        create=(
+        self.create = (
             # Serializes concurrent first uses: CREATE ... IF NOT EXISTS alone can still collide.
             q("SELECT pg_advisory_xact_lock(hashtext('rollmem:' || %s))"),
             q("CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value bigint NOT NULL)"),
@@ -148,46 +131,45 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
                 "message text NOT NULL, cost bigint NOT NULL, PRIMARY KEY (session_id, seq))"
             ),
             q("CREATE INDEX IF NOT EXISTS {index} ON {heads} (expires_at) WHERE expires_at IS NOT NULL"),
-        ),
-        version=q("SELECT value FROM {meta} WHERE key = 'schema_version'"),
-        set_version=q(
+        )
+        self.version = q("SELECT value FROM {meta} WHERE key = 'schema_version'")
+        self.set_version = q(
             "INSERT INTO {meta} (key, value) VALUES ('schema_version', %s) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-        ),
+        )
         # One statement (one snapshot): the live head's row, then its entries from `first` (the
         # caller's tail when its incarnation and revision still hold, else 0), one row each
         # without the head's columns (a long summary is sent once, not once per message).
         # Columns: the head (5), message, cost, seq, delta.
-        load=q(_LOAD),
-        lock_head=q(
+        self.load = q(_LOAD)
+        self.lock_head = q(
             f"SELECT incarnation, revision, summary, tail, counter, {_LIVE} FROM {{heads}} "
             "WHERE session_id = %s FOR UPDATE"
-        ),
-        insert_head=q(
+        )
+        self.insert_head = q(
             "INSERT INTO {heads} (session_id, full_id, incarnation, revision, summary, tail, counter, "
             f"expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, {_EXPIRES}, now()) "
             "ON CONFLICT (session_id) DO NOTHING"
-        ),
-        update_head=q(
+        )
+        self.update_head = q(
             "UPDATE {heads} SET incarnation = %s, revision = %s, summary = %s, tail = %s, counter = %s, "
             f"expires_at = {_EXPIRES}, updated_at = now() WHERE session_id = %s"
-        ),
-        clear_entries=q("DELETE FROM {log} WHERE session_id = %s"),
-        cut_entries=q(
+        )
+        self.clear_entries = q("DELETE FROM {log} WHERE session_id = %s")
+        self.cut_entries = q(
             "DELETE FROM {log} WHERE session_id = %s AND seq < %s AND NOT (seq = ANY(%s::bigint[]))"
-        ),
-        insert_entries=q(
+        )
+        self.insert_entries = q(
             "INSERT INTO {log} (session_id, seq, message, cost) "
             "SELECT %s, seq, message, cost FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) "
             "AS e(seq, message, cost)"
-        ),
-        delete_head=q(f"DELETE FROM {{heads}} WHERE session_id = %s RETURNING {_LIVE}"),
-        ids=q(f"SELECT {_ID} FROM {{heads}} WHERE {_ID} LIKE %s ESCAPE '\\' AND {_LIVE}"),
-        purge_entries=q(
+        )
+        self.delete_head = q(f"DELETE FROM {{heads}} WHERE session_id = %s RETURNING {_LIVE}")
+        self.ids = q(f"SELECT {_ID} FROM {{heads}} WHERE {_ID} LIKE %s ESCAPE '\\' AND {_LIVE}")
+        self.purge_entries = q(
             "DELETE FROM {log} WHERE session_id IN (SELECT session_id FROM {heads} WHERE expires_at <= now())"
-        ),
-        purge=q("DELETE FROM {heads} WHERE expires_at <= now()"),
-    )
+        )
+        self.purge = q("DELETE FROM {heads} WHERE expires_at <= now()")
 
 
 class PostgresStore(FlowStore):
@@ -237,7 +219,7 @@ class PostgresStore(FlowStore):
         parts = _check_table(table)
         v.check_positive_number("timeout", timeout)
         self._table = table
-        self._sql = _statements(psycopg, parts)
+        self._sql = _Sql(psycopg, parts)
         self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._ready = False
@@ -478,30 +460,9 @@ class PostgresStore(FlowStore):
                 async with AsyncExitStack() if action in _READS else conn.transaction():
                     return await arun(flow, perform)
 
-    # -- closing -----------------------------------------------------------------------------------
-
-    def _take(self) -> tuple[Optional[ConnectionPool[Any]], Optional[LoopBound[AsyncConnectionPool[Any]]]]:
-        """Mark the store closed and take the pools it opened (not a pool it was given)."""
+    def _take(self) -> tuple[Optional[Callable[[], None]], Optional[LoopBound[AsyncConnectionPool[Any]]]]:
         with self._lock:
             self._closed = True
             pool, bound = self._pool, self._apool
             self._pool = self._apool = self._given_apool = None
-        return (None if self._conninfo is None else pool), bound
-
-    def close(self) -> None:
-        """Close the pools this store opened, the async one too (on its loop, see the class
-        docstring), not a pool it was given; every later call raises ``StoreUnavailableError``
-        (``... is closed``)."""
-        pool, bound = self._take()
-        if pool is not None:
-            pool.close()
-        if bound is not None:
-            bound.close()
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close` (a blocking pool is closed in a worker thread)."""
-        pool, bound = self._take()
-        if bound is not None:
-            await bound.aclose()
-        if pool is not None:
-            await in_thread(pool.close)
+        return (None if self._conninfo is None or pool is None else pool.close), bound

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from itertools import repeat
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
@@ -736,37 +736,23 @@ class _Clients:
 
     # -- closing -----------------------------------------------------------------------------------
 
-    def _take(self) -> tuple[Optional[SyncClient], Optional[LoopBound[_AsyncSide]]]:
-        """Mark the clients closed and take those made from the URL (not those given)."""
+    def take(self) -> tuple[Optional[Callable[[], None]], Optional[LoopBound[_AsyncSide]]]:
+        """Mark the clients closed and take those made from the URL (not those given): how to
+        close the blocking one, and the asyncio one."""
         with self._lock:
             self.closed = True
             made, bound = self._sync, self._async
             self._sync = self._async = None
         if self.url is None:
             return None, None
-        return (None if made is None else made[0]), (bound if isinstance(bound, LoopBound) else None)
+        close = None if made is None else functools.partial(_close_sync, made[0])
+        return close, (bound if isinstance(bound, LoopBound) else None)
 
-    @staticmethod
-    def _close_sync(client: Optional[SyncClient]) -> None:
-        if client is not None:
-            if isinstance(client, _import_redis().cluster.RedisCluster):
-                client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
-            client.close()
 
-    def close(self) -> None:
-        """Close both clients made from the URL (the asyncio one on its loop, see
-        :meth:`LoopBound.close`); the clients refuse every later call."""
-        client, bound = self._take()
-        self._close_sync(client)
-        if bound is not None:
-            bound.close()
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
-        client, bound = self._take()
-        if bound is not None:
-            await bound.aclose()
-        self._close_sync(client)
+def _close_sync(client: SyncClient) -> None:
+    if isinstance(client, _import_redis().cluster.RedisCluster):
+        client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
+    client.close()
 
 
 # -- the store ---------------------------------------------------------------------------------------
@@ -887,11 +873,5 @@ class RedisStore(FlowStore):
         """Async twin of :meth:`purge_expired`."""
         return self.purge_expired()
 
-    def close(self) -> None:
-        """Close the clients this store made from its URL, the asyncio one too (not a client it
-        was given); every later call raises ``StoreUnavailableError`` (``... is closed``)."""
-        self._clients.close()
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
-        await self._clients.aclose()
+    def _take(self) -> tuple[Optional[Callable[[], None]], Optional[LoopBound[_AsyncSide]]]:
+        return self._clients.take()
