@@ -529,7 +529,7 @@ class _Clients:
     """The clients one :class:`RedisStore` talks through: made from its URL on first use (or
     given), the guards around every call (an operation slot in a cluster, driver errors as
     ``StoreUnavailableError``), how a command is performed on each side, and closing. The
-    asyncio client it makes is bound to the loop that made it (:class:`._loop.LoopBound`)."""
+    asyncio client it makes is bound to the loop that made it (:class:`._server.LoopBound`)."""
 
     def __init__(
         self,
