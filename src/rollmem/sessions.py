@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import operator
 import random
 import threading
 import time
@@ -104,11 +105,12 @@ class _Sleep:
 @dataclass(frozen=True)
 class _Redo:
     memory: Any
-    changes: tuple[Change, ...]
+    apply: Callable[[Any], Any]  # replays the block's changes, or runs update's fn again
 
 
 _Request = Union[_Load, _Write, _Sleep, _Redo]
 _Flow = Generator[_Request, Any, _T]
+_Rerun = Optional[Callable[[Any], Any]]  # update's fn, run again on the latest state after a lost write
 
 
 # -- what a block loaded ----------------------------------------------------------------------------
@@ -241,10 +243,6 @@ def _refuse_awaitable(result: object) -> None:
         raise TypeError(f"fn returned an awaitable ({type(result).__name__}): {_SYNC_UPDATE}")
 
 
-class _Lost(Exception):
-    """A write lost and the caller asked not to redo (``update`` re-runs its function instead)."""
-
-
 def _refused(session_id: str) -> ConflictError:
     return ConflictError(
         f"session {session_id!r}: another writer saved first and the block assigned summary or buffer "
@@ -353,10 +351,11 @@ class _SessionsBase(Generic[M]):
         return memory
 
     def _commit(
-        self, session_id: str, memory: M, loaded: Loaded, changes: Sequence[Change], redo: bool
+        self, session_id: str, memory: M, loaded: Loaded, changes: Sequence[Change], rerun: _Rerun
     ) -> _Flow[Sequence[Change]]:
         """Write what the block changed; on a conflict land an add-only turn's messages (see
-        :meth:`_land`), or reload, redo and try again. Returns the changes that were committed."""
+        :meth:`_land`), or reload, redo (or ``rerun`` the block's function) and try again.
+        Returns the changes that were committed."""
         retries = 0
         while True:
             identity = counter_identity(memory.token_counter)
@@ -368,11 +367,9 @@ class _SessionsBase(Generic[M]):
             try:
                 head: Head = yield _Write(session_id, plan.change)
             except ConflictError as exc:
-                if not redo:
-                    raise _Lost() from exc
-                if not plan.redoable:
+                if rerun is None and not plan.redoable:
                     raise _refused(session_id) from exc
-                if plan.fallback is not None:
+                if rerun is None and plan.fallback is not None:
                     landed = yield from self._land(session_id, memory, plan, loaded, changes)
                     if landed is not None:
                         self._count_landed()
@@ -386,7 +383,7 @@ class _SessionsBase(Generic[M]):
                 return changes
             latest: Optional[StoredLog] = yield _Load(session_id, None)
             loaded = _restore(memory, latest, session_id)
-            changes = yield _Redo(memory, tuple(changes))
+            changes = yield _Redo(memory, rerun or operator.methodcaller("replay", tuple(changes)))
 
     def _land(
         self, session_id: str, memory: M, plan: Plan, loaded: Loaded, changes: Sequence[Change]
@@ -480,7 +477,7 @@ class Sessions(_SessionsBase[M]):
         state, ``ConflictError`` after ``max_retries`` lost writes, ``StoreUnavailableError``
         from the store.
         """
-        with self._block(session_id, redo=True) as memory:
+        with self._block(session_id) as memory:
             yield memory
 
     def update(self, session_id: str, fn: Callable[[M], _T]) -> _T:
@@ -493,26 +490,26 @@ class Sessions(_SessionsBase[M]):
         v.check_session_id(session_id)
         v.check_callable("fn", fn)
         v.check_not_coroutine("fn", fn, _SYNC_UPDATE)
-        retries = 0
-        while True:
-            try:
-                with self._block(session_id, redo=False) as memory:
-                    result = fn(memory)
-                    _refuse_awaitable(result)
-                return result
-            except _Lost as lost:
-                retries = self._count_retry(session_id, retries, lost.__cause__)
-                time.sleep(_backoff(retries))
+        results: list[_T] = []
+
+        def attempt(memory: M) -> None:
+            result = fn(memory)
+            _refuse_awaitable(result)
+            results.append(result)
+
+        with self._block(session_id, rerun=attempt) as memory:
+            attempt(memory)
+        return results[-1]
 
     @contextmanager
-    def _block(self, session_id: str, redo: bool) -> Iterator[M]:
+    def _block(self, session_id: str, rerun: _Rerun = None) -> Iterator[M]:
         v.check_session_id(session_id)
         memory, loaded = self._run(self._checkout(session_id))
         hook = memory.on_evict
         memory.on_evict = None  # left off a memory whose block fails: it is dropped
         with memory.record() as changes:
             yield memory
-        committed = self._run(self._commit(session_id, memory, loaded, changes, redo))
+        committed = self._run(self._commit(session_id, memory, loaded, changes, rerun))
         memory.on_evict = hook
         if hook is not None:
             for messages in _evicted(committed):
@@ -558,9 +555,8 @@ class Sessions(_SessionsBase[M]):
             return self._log.write(request.session_id, request.change)
         if isinstance(request, _Sleep):
             return time.sleep(request.seconds)
-        memory = request.memory
-        with memory.record() as changes:
-            memory.replay(request.changes)
+        with request.memory.record() as changes:
+            request.apply(request.memory)
         return changes
 
 
@@ -620,27 +616,25 @@ class AsyncSessions(_SessionsBase[M]):
     @asynccontextmanager
     async def open(self, session_id: str) -> AsyncIterator[M]:
         """The async twin of :meth:`Sessions.open`."""
-        async with self._block(session_id, redo=True) as memory:
+        async with self._block(session_id) as memory:
             yield memory
 
     async def update(self, session_id: str, fn: Callable[[M], Union[_T, Awaitable[_T]]]) -> _T:
         """The async twin of :meth:`Sessions.update`; ``fn`` may be a coroutine function."""
         v.check_session_id(session_id)
         v.check_callable("fn", fn)
-        retries = 0
-        while True:
-            try:
-                async with self._block(session_id, redo=False) as memory:
-                    result = fn(memory)
-                    if inspect.isawaitable(result):
-                        result = await result
-                return cast(_T, result)
-            except _Lost as lost:
-                retries = self._count_retry(session_id, retries, lost.__cause__)
-                await asyncio.sleep(_backoff(retries))
+        results: list[_T] = []
+
+        async def attempt(memory: M) -> None:
+            result = fn(memory)
+            results.append(cast(_T, await result if inspect.isawaitable(result) else result))
+
+        async with self._block(session_id, rerun=attempt) as memory:
+            await attempt(memory)
+        return results[-1]
 
     @asynccontextmanager
-    async def _block(self, session_id: str, redo: bool) -> AsyncIterator[M]:
+    async def _block(self, session_id: str, rerun: _Rerun = None) -> AsyncIterator[M]:
         v.check_session_id(session_id)
         memory, loaded = await self._run(self._checkout(session_id))
         hook = memory.on_evict
@@ -652,7 +646,7 @@ class AsyncSessions(_SessionsBase[M]):
             await _settle(memory)
         cancelled: Optional[BaseException] = None
         try:
-            committed = await self._run(self._commit(session_id, memory, loaded, changes, redo))
+            committed = await self._run(self._commit(session_id, memory, loaded, changes, rerun))
         except _CommittedThenCancelled as late:
             committed, cancelled = late.committed, late.cancel
         memory.on_evict = hook
@@ -713,9 +707,9 @@ class AsyncSessions(_SessionsBase[M]):
             return await asyncio.sleep(request.seconds)
         memory = request.memory
         with memory.record() as changes:
-            replayed = memory.replay(request.changes)
-            if inspect.isawaitable(replayed):
-                await replayed
+            applied = request.apply(memory)
+            if inspect.isawaitable(applied):
+                await applied
             await _settle(memory)
         return changes
 
