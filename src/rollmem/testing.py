@@ -44,10 +44,10 @@ import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Generator, Iterator  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from typing import Any, Callable, ClassVar, NamedTuple, Optional, TypeVar, Union  # noqa: E402
 
 import pytest  # noqa: E402
@@ -602,45 +602,31 @@ class LogStoreContract(_LogContract):
         head = store.write("s", create())
         appenders, folders, count = 4, 2, 25
         folded: list[list[str]] = []
-        retries: list[int] = []
-        errors: list[BaseException] = []
 
         def appender(index: int) -> None:
-            try:
-                for number in range(count):
-                    store.write("s", append(head, f"w{index}-{number}"))
-            except BaseException as exc:
-                errors.append(exc)
+            for number in range(count):
+                store.write("s", append(head, f"w{index}-{number}"))
 
         def folder() -> None:
-            try:
-                lost = 0
-                for _ in range(count // 5):
-                    while True:
-                        stored = store.load("s")
-                        cut = stored.entries[len(stored.entries) // 2].seq if stored.entries else 0
-                        gone = [e for e in stored.entries if e.seq < cut]
-                        fold = LogWrite(
-                            head.incarnation, expected_revision=stored.head.revision, cut=cut, counter="c"
-                        )
-                        try:
-                            store.write("s", fold)
-                        except ConflictError:
-                            lost += 1
-                            continue
-                        folded.append([json.loads(e.message)["content"] for e in gone])
-                        break
-                retries.append(lost)
-            except BaseException as exc:
-                errors.append(exc)
+            for _ in range(count // 5):
+                while True:
+                    stored = store.load("s")
+                    cut = stored.entries[len(stored.entries) // 2].seq if stored.entries else 0
+                    fold = LogWrite(
+                        head.incarnation, expected_revision=stored.head.revision, cut=cut, counter="c"
+                    )
+                    try:
+                        store.write("s", fold)
+                    except ConflictError:
+                        continue
+                    folded.append([json.loads(e.message)["content"] for e in stored.entries if e.seq < cut])
+                    break
 
-        workers = [threading.Thread(target=appender, args=(i,)) for i in range(appenders)]
-        workers += [threading.Thread(target=folder) for _ in range(folders)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        assert errors == []
+        with ThreadPoolExecutor(appenders + folders) as pool:
+            work = [pool.submit(appender, i) for i in range(appenders)]
+            work += [pool.submit(folder) for _ in range(folders)]
+        for done in work:
+            done.result()  # raises what the thread raised
         seen = [text for batch in folded for text in batch] + texts(store.load("s"))
         assert sorted(seen) == sorted(f"w{i}-{n}" for i in range(appenders) for n in range(count))
 
