@@ -11,7 +11,7 @@
   calls to make (both in :mod:`rollmem._base`: the fold, settling after an add, ``extend``,
   ``fold(keep_last)``, ``replay``), and here the reads and serialization;
 - the driver performs what a flow yields (``_perform``, run by :mod:`rollmem._flow`) and holds
-  the fold lock: :class:`_SyncMemory` (plain methods, thread-safe) calls it, :class:`_AsyncMemory`
+  the fold lock: :class:`_SyncMemory` (plain methods, thread-safe) calls it, :class:`AsyncMemory`
   (coroutine methods, optionally folding in a background task) also awaits what returns an
   awaitable. They differ in nothing else.
 
@@ -340,9 +340,14 @@ class _SyncMemory(_Memory):
         run(self._replay_flow(changes), self._perform)
 
 
-class _AsyncMemory(_Memory):
-    """The async driver: coroutine methods; safe for many tasks on one loop. Folds are
-    serialized; ``summarize_fn`` and ``on_evict`` may be plain or coroutine functions."""
+class AsyncMemory(_Memory):
+    """:class:`Memory` for async code (the async driver), the base of the async classes: safe for
+    many tasks on one loop, folds serialized. The ``add_*`` methods, ``extend`` and ``fold`` are
+    coroutines and ``summarize_fn``/``on_evict`` may be async. With ``background=True`` an add
+    returns once the message is appended and the fold runs as a task (see :meth:`flush`);
+    meanwhile the buffer may exceed what the policy allows."""
+
+    _folds_on_request = True
 
     def __init__(
         self,
@@ -439,6 +444,11 @@ class _AsyncMemory(_Memory):
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
         await arun(self._extend_flow(messages), self._perform)
 
+    async def fold(self, keep_last: int = 0) -> int:
+        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
+        one summarizer call (awaited when async). Returns how many messages left the buffer."""
+        return await arun(self._fold_keeping_flow(keep_last), self._perform)
+
     @property
     def background(self) -> bool:
         """Whether folds run as a background task (see :meth:`flush`)."""
@@ -519,20 +529,6 @@ class Memory(_SyncMemory):
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
         return run(self._fold_keeping_flow(keep_last), self._perform)
-
-
-class AsyncMemory(_AsyncMemory):
-    """:class:`Memory` for async code: the base of the async classes. The ``add_*`` methods,
-    ``extend`` and ``fold`` are coroutines and ``summarize_fn``/``on_evict`` may be async. With
-    ``background=True`` an add returns once the message is appended and the fold runs as a task
-    (see :meth:`flush`); meanwhile the buffer may exceed what the policy allows."""
-
-    _folds_on_request = True
-
-    async def fold(self, keep_last: int = 0) -> int:
-        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
-        one summarizer call (awaited when async). Returns how many messages left the buffer."""
-        return await arun(self._fold_keeping_flow(keep_last), self._perform)
 
 
 # -- the public classes: a policy and a driver each ---------------------------------------------
