@@ -22,10 +22,11 @@ from :func:`run` or :func:`arun` unchanged.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Generator
 from typing import Any, Callable, Optional, TypeVar
 
-__all__ = ["Flow", "arun", "in_thread", "run"]
+__all__ = ["Flow", "arun", "in_thread", "resolved", "run"]
 
 _R = TypeVar("_R")
 _T = TypeVar("_T")
@@ -78,3 +79,9 @@ async def in_thread(call: Callable[..., _T], *args: Any) -> _T:
     :class:`~rollmem.sessions.AsyncSessions`). The event loop never blocks on it, and the caller's
     context variables go along (:func:`asyncio.to_thread`)."""
     return await asyncio.to_thread(call, *args)
+
+
+async def resolved(value: Any) -> Any:
+    """``value``, awaited when it is awaitable: how async code takes what a callback that may be
+    a plain or a coroutine function returned."""
+    return (await value) if inspect.isawaitable(value) else value

@@ -27,7 +27,6 @@ on_evict=...)``. ``from_dict`` and everything else come from the base (see
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -35,7 +34,7 @@ from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from . import _validate as v
 from ._base import PlanFn, _Call, _Folding
-from ._flow import arun, run
+from ._flow import arun, resolved, run
 from ._ledger import COST_LIMIT
 from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
 from .changes import Change
@@ -241,10 +240,7 @@ class _SyncMemory(_Memory):
     def _perform(self, call: _Call) -> Any:
         """Make a call a flow yields; a summarizer that returns an awaitable fails."""
         result = call.fn(*call.args)
-        if call.summary and type(result) is not str and inspect.isawaitable(result):
-            close = getattr(result, "close", None)
-            if callable(close):
-                close()  # a coroutine that is never awaited would warn
+        if call.summary and type(result) is not str and v.unawaited(result):
             raise TypeError(f"summarize_fn returned an awaitable: {self._async_advice()}")
         return result
 
@@ -368,8 +364,7 @@ class AsyncMemory(_Memory):
     @staticmethod
     async def _perform(call: _Call) -> Any:
         """Make a call a flow yields, awaiting what returns an awaitable."""
-        result = call.fn(*call.args)
-        return (await result) if inspect.isawaitable(result) else result
+        return await resolved(call.fn(*call.args))
 
     async def add_message(
         self,

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast, runtime_checkable
 
 from . import _validate as v
-from ._flow import arun, run
+from ._flow import arun, resolved, run
 from ._write_plan import Loaded, Plan, PlannedMemory, plan_write, read_summary, rebase_fold
 from .changes import Appended, Change, Dropped, Folded
 from .counters import counter_identity
@@ -236,10 +236,7 @@ _SYNC_UPDATE = "Sessions.update calls fn without awaiting it; use AsyncSessions.
 def _refuse_awaitable(result: object) -> None:
     """Raise ``TypeError`` (inside the block: nothing is written) when ``fn`` returned an
     awaitable; a coroutine is closed first, so it never warns that it was not awaited."""
-    if inspect.isawaitable(result):
-        close = getattr(result, "close", None)
-        if callable(close):
-            close()
+    if v.unawaited(result):
         raise TypeError(f"fn returned an awaitable ({type(result).__name__}): {_SYNC_UPDATE}")
 
 
@@ -627,7 +624,7 @@ class AsyncSessions(_SessionsBase[M]):
 
         async def attempt(memory: M) -> None:
             result = fn(memory)
-            results.append(cast(_T, await result if inspect.isawaitable(result) else result))
+            results.append(await resolved(result))
 
         async with self._block(session_id, rerun=attempt) as memory:
             await attempt(memory)
@@ -652,9 +649,7 @@ class AsyncSessions(_SessionsBase[M]):
         memory.on_evict = hook
         if hook is not None:
             for messages in _evicted(committed):
-                outcome = hook(list(messages))
-                if inspect.isawaitable(outcome):
-                    await outcome
+                await resolved(hook(list(messages)))
         if cancelled is not None:
             raise cancelled
 
@@ -707,9 +702,7 @@ class AsyncSessions(_SessionsBase[M]):
             return await asyncio.sleep(request.seconds)
         memory = request.memory
         with memory.record() as changes:
-            applied = request.apply(memory)
-            if inspect.isawaitable(applied):
-                await applied
+            await resolved(request.apply(memory))
             await _settle(memory)
         return changes
 

@@ -12,16 +12,15 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import string
 from collections.abc import Awaitable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 from . import _validate as v
-from ._flow import arun, run
+from ._flow import arun, resolved, run
 from ._types import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from .counters import words
 from .message import SYSTEM, USER, Message
@@ -184,9 +183,7 @@ def _render(messages: Sequence[Message]) -> str:
 
 
 def _completion(value: object) -> str:
-    if inspect.iscoroutine(value):
-        value.close()  # a coroutine from a sync call: close it so it does not warn "never awaited"
-    if not isinstance(value, str):
+    if v.unawaited(value) or not isinstance(value, str):
         raise TypeError(f"complete() must return str, got {type(value).__name__}")
     return value.strip()
 
@@ -476,9 +473,7 @@ def _reporter(on_error: Optional[Callable[[Exception], object]]) -> Callable[[Ex
 
 
 def _summary(value: object) -> str:
-    if inspect.iscoroutine(value):
-        value.close()
-    if not isinstance(value, str):
+    if v.unawaited(value) or not isinstance(value, str):
         raise TypeError(f"the primary summarizer returned {type(value).__name__}, expected str")
     return value
 
@@ -511,10 +506,6 @@ def with_fallback(
     return summarize
 
 
-async def _result(value: Any) -> Any:
-    return (await value) if inspect.isawaitable(value) else value
-
-
 def async_with_fallback(
     primary: Union[SummarizeFn, AsyncSummarizeFn],
     fallback: Union[SummarizeFn, AsyncSummarizeFn],
@@ -532,10 +523,10 @@ def async_with_fallback(
 
     async def summarize(summary: str, messages: Sequence[Message]) -> str:
         try:
-            return _summary(await _result(primary(summary, messages)))
+            return _summary(await resolved(primary(summary, messages)))
         except Exception as error:
             report(error)
-        result: str = await _result(fallback(summary, messages))
+        result: str = await resolved(fallback(summary, messages))
         return result
 
     return summarize
