@@ -1,26 +1,17 @@
 """The memory classes: a running summary plus a verbatim buffer of recent messages.
 
-**How a memory is built.** Every class is a *policy* composed with a *driver*:
-
-- the policy (:mod:`rollmem.policies`) is the eviction rule, the only one: how much a message
-  costs, when to evict, what leaves (``TokenBudget`` for :class:`RollingMemory`,
-  ``MessageWindow`` for :class:`WindowMemory`, ``FoldAll`` for :class:`SummaryMemory`,
-  ``KeepAll`` for :class:`BufferMemory`);
-- the base :class:`_Memory` holds everything that needs no I/O, in three layers: the state and
-  its plain changes, each recorded, then the *flows*, generators written once that yield the
-  calls to make (both in :mod:`rollmem._base`: the fold, settling after an add, ``extend``,
-  ``fold(keep_last)``, ``replay``), and here the reads and serialization;
-- the driver performs what a flow yields (``_perform``, run by :mod:`rollmem._flow`) and holds
-  the fold lock: :class:`_SyncMemory` (plain methods, thread-safe) calls it, :class:`AsyncMemory`
-  (coroutine methods, optionally folding in a background task) also awaits what returns an
-  awaitable. They differ in nothing else.
-
-**Changes** are typed records (:mod:`rollmem.changes`): :meth:`_Memory.record` collects what a
-block of work changed, ``replay`` applies it to another memory (used by :mod:`rollmem.sessions`).
+Every class is a *policy* (:mod:`rollmem.policies`: the eviction rule, the only one) composed
+with a *driver*: sync (plain methods, thread-safe: :class:`Memory` and the classes without a
+summarizer) or async (:class:`AsyncMemory`: coroutine methods, optionally folding in a
+background task). Both run
+the same flows, written once in the base (the fold, settling after an add, ``extend``,
+``fold(keep_last)``, ``replay``), and differ in nothing else. Every change is a typed record
+(:mod:`rollmem.changes`): ``record()`` collects what a block of work changed, ``replay`` applies
+it to another memory (used by :mod:`rollmem.sessions`).
 
 **Adding a memory class** takes one policy and a constructor: subclass :class:`Memory` (sync)
 or :class:`AsyncMemory` and pass the policy to ``super().__init__(policy, summarize_fn,
-on_evict=...)``. ``from_dict`` and everything else come from the base (see
+on_evict=...)``; ``from_dict`` and everything else come from the base (see
 :mod:`rollmem.policies` for a class with a budget in characters).
 """
 

@@ -14,10 +14,8 @@ memory and redoes the block's changes (``memory.replay``, after a jittered backo
 assignment, a ``restore()`` or an in-place edit of ``buffer`` cannot be redone: ``ConflictError``,
 nothing written (:meth:`Sessions.update` re-runs a function instead). ``on_evict`` is held back
 and called once per eviction after the write that commits it, never for an uncommitted one.
-
-Each operation is one flow yielding ``_Load``, ``_Write``, ``_Sleep`` and ``_Redo`` requests, run
-by :func:`rollmem._flow.run` (plain calls) or :func:`~rollmem._flow.arun` (awaits); every
-decision lives in the shared base.
+Each operation is one flow, run with plain calls (:class:`Sessions`) or awaits
+(:class:`AsyncSessions`): every decision lives in the shared base.
 """
 
 from __future__ import annotations

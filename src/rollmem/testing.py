@@ -24,9 +24,7 @@ pytest collects, and define ``make_store(self)``, returning a new, empty store f
         def make_store(self) -> MemoryStore:
             return MemoryStore()
 
-Each scenario is written once, as a generator flow that yields call and pause steps and
-receives their results (or has their exception thrown in), run by :func:`rollmem._flow.run`
-with blocking calls or :func:`~rollmem._flow.arun` with awaited ones. Server backends get
+Each scenario is written once and runs with blocking calls or awaited ones. Server backends get
 :func:`service_url` (skip, or fail under ``ROLLMEM_REQUIRE_SERVICES=1``); :func:`create`,
 :func:`append`, :func:`entry` and :func:`texts` build and read log writes in your own tests.
 """

@@ -1,10 +1,7 @@
 """Sessions in PostgreSQL: :class:`PostgresStore` (extra ``postgres``: psycopg 3 and psycopg_pool).
 
-A log store: ``<table>_heads`` (a row per session) and ``<table>_log`` (a row per message),
-created on first use with ``<table>_meta`` (the layout version). Every operation is written
-once, as a generator flow of SQL steps (``(statement, parameters)``, answered by ``(rowcount,
-rows)``); the blocking and the async methods run it with :func:`rollmem._flow.run` /
-:func:`~rollmem._flow.arun` on their kind of connection, in one transaction for a write.
+Every operation is a flow of SQL steps (``(statement, parameters)``, answered by ``(rowcount,
+rows)``), run on a blocking or an asyncio connection, in one transaction for a write.
 """
 
 from __future__ import annotations

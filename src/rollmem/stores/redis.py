@@ -1,12 +1,9 @@
 """Sessions in Redis or Redis Cluster: :class:`RedisStore` (extra ``redis``, redis-py 5 or later).
 
 The module holds three ideas, in this order: the layout (the Lua scripts, the keys, the
-arguments a script takes and how its replies read: pure functions); the clients
-(:class:`_Clients`: made from a URL or given, the guards around each call, closing); and the
-store, whose every operation is a generator flow (``_load_flow``, ``_write_flow``, ...) that
-yields the Redis calls it needs as small command objects (``_Script``, ``_ReadAll``,
-``_Delete``, ``_Scan``), run by :func:`rollmem._flow.run` / :func:`~rollmem._flow.arun` with the
-clients' blocking or asyncio ``perform``.
+arguments a script takes and how its replies read: pure functions); the clients (made from a
+URL or given, the guards around each call, closing); and the store, whose every operation is a
+flow yielding the Redis calls it needs, performed by the clients.
 """
 
 from __future__ import annotations
