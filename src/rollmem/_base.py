@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, ClassVar, Optional, TypeVar, get_args
+from typing import Any, Callable, ClassVar, Optional, get_args
 
 from . import _tracing
 from . import _validate as v
+from ._flow import Flow
 from ._ledger import COST_LIMIT, Ledger, Plan, checked_messages
 from ._types import EvictHook, TokenCounter
 from .changes import (
@@ -310,7 +311,6 @@ class _MemoryState:
             return ledger.costs()
 
 
-_T = TypeVar("_T")
 PlanFn = Callable[[Ledger], Optional[Plan]]
 
 
@@ -325,10 +325,6 @@ class _Call:
         self.fn = fn
         self.args = args
         self.summary = summary
-
-
-_Flow = Generator[_Call, Any, _T]
-"""An operation written once: it yields the calls to make and receives their results."""
 
 
 class _Fold:
@@ -412,7 +408,7 @@ class _Folding(_MemoryState):
         else:
             self._record(Folded(summary, positions, cut, keep_last))
 
-    def _fold_flow(self, plan_fn: PlanFn, keep_last: Optional[int]) -> _Flow[Optional[int]]:
+    def _fold_flow(self, plan_fn: PlanFn, keep_last: Optional[int]) -> Flow[_Call, Optional[int]]:
         """One fold, in its span: plan, ``summarize(summary, evicted)``, commit, then
         ``on_evict(evicted)``. The driver runs it holding its fold lock (:meth:`_run`); a failed or
         cancelled summarizer call leaves everything as it was and propagates. Returns what
@@ -452,14 +448,14 @@ class _Folding(_MemoryState):
             except Exception as error:  # the fold is committed: a counter failing here only shows
                 span.record_exception(error)
 
-    def _settle_flow(self) -> _Flow[None]:
+    def _settle_flow(self) -> Flow[_Call, None]:
         """Fold until the policy is satisfied (a fold discarded by a change made meanwhile is
         planned again; one that finds nothing to cut ends it)."""
         while self._needs_fold():
             if (yield _Call(self._run, self._policy.plan)) == 0:
                 return
 
-    def _fold_keeping_flow(self, keep_last: object) -> _Flow[int]:
+    def _fold_keeping_flow(self, keep_last: object) -> Flow[_Call, int]:
         """``fold(keep_last)``: fold all but the newest ``keep_last``; records a fold of nothing
         when nothing left."""
         keep = v.check_int("keep_last", keep_last, 0)
@@ -469,12 +465,12 @@ class _Folding(_MemoryState):
                 self._record_fold(self._summary, None, keep)
         return count or 0
 
-    def _extend_flow(self, messages: Iterable[Message]) -> _Flow[None]:
+    def _extend_flow(self, messages: Iterable[Message]) -> Flow[_Call, None]:
         """``extend(messages)``: append them all (or none), then evict once."""
         if self._append(messages):
             yield _Call(self._prune)
 
-    def _replay_flow(self, changes: Iterable[Change]) -> _Flow[None]:
+    def _replay_flow(self, changes: Iterable[Change]) -> Flow[_Call, None]:
         """The replay flow: applies the plain changes itself and runs the flows of ``extend`` and
         (on the classes with a public ``fold()``) of ``fold`` for the adds and explicit folds."""
         batch = list(changes)
