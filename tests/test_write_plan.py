@@ -61,7 +61,7 @@ def test_an_add_only_turn_is_an_append() -> None:
     assert result.change.is_append
     assert (texts(result), [e.cost for e in result.change.entries]) == (["c"], [2])
     assert (result.change.incarnation, result.change.counter) == ("inc", "words")
-    assert (result.seqs_before_new, result.new_count, result.redoable, result.fallback) == (
+    assert (result.seqs_before_new, len(result.change.entries), result.redoable, result.fallback) == (
         [3, 4],
         1,
         True,

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, ClassVar, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Optional, get_args
 
 from . import _tracing
 from . import _validate as v
+from ._flow import Flow
 from ._ledger import COST_LIMIT, Ledger, Plan, checked_messages
 from ._types import EvictHook, TokenCounter
 from .changes import (
-    _CHANGE_TYPES,
     Appended,
     BufferAssigned,
     Change,
@@ -38,17 +38,6 @@ from .errors import InvalidStateError
 from .message import SYSTEM, Message
 from .policies import Policy
 
-_ASYNC_TWINS: dict[type, type] = {}
-"""Each sync class -> the async class with the same policy (declared by the async class:
-``class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory)``)."""
-
-
-def _async_advice(cls: type) -> str:
-    twin = next((_ASYNC_TWINS[base] for base in cls.__mro__ if base in _ASYNC_TWINS), None)
-    if twin is not None:
-        return f"use {twin.__name__} for async callables"
-    return f"{cls.__name__} calls it synchronously; pass a plain function (AsyncMemory takes coroutines)"
-
 
 class _MemoryState:
     """State, measuring and the plain changes shared by every memory class; the eviction rule is
@@ -57,6 +46,8 @@ class _MemoryState:
     _sync_callbacks: ClassVar[bool] = False
     """Declared by the driver: ``True`` when it calls ``summarize_fn`` and ``on_evict`` without
     awaiting them (coroutine functions are then refused, with advice naming the async twin)."""
+    _async_twin: ClassVar[str] = ""
+    """Declared by a sync class that has an async twin (``"AsyncRollingMemory"``): the advice."""
 
     def __init__(
         self,
@@ -65,8 +56,8 @@ class _MemoryState:
         on_evict: Optional[EvictHook] = None,
     ) -> None:
         if self._sync_callbacks:
-            v.check_not_coroutine("summarize_fn", summarize_fn, _async_advice(type(self)))
-            v.check_not_coroutine("on_evict", on_evict, _async_advice(type(self)))
+            v.check_not_coroutine("summarize_fn", summarize_fn, self._async_advice())
+            v.check_not_coroutine("on_evict", on_evict, self._async_advice())
         if not isinstance(policy, Policy):
             raise v.type_error("policy", "a rollmem.policies.Policy", policy)
         v.check_callable("summarize_fn", summarize_fn, optional=True)
@@ -86,6 +77,12 @@ class _MemoryState:
         self._recorders: list[list[Change]] = []  # the lists recording changes now (copied on change)
         self._journal: Optional[list[Change]] = None  # the list of start_recording(), if running
         self._counting: set[int] = set()  # threads inside a token_counter call
+
+    def _async_advice(self) -> str:
+        if self._async_twin:
+            return f"use {self._async_twin} for async callables"
+        name = type(self).__name__
+        return f"{name} calls it synchronously; pass a plain function (AsyncMemory takes coroutines)"
 
     @property
     def policy(self) -> Policy:
@@ -296,7 +293,7 @@ class _MemoryState:
     def on_evict(self, hook: Optional[EvictHook]) -> None:
         v.check_callable("on_evict", hook, optional=True)
         if self._sync_callbacks:
-            v.check_not_coroutine("on_evict", hook, _async_advice(type(self)))
+            v.check_not_coroutine("on_evict", hook, self._async_advice())
         self._on_evict = hook
 
     @property
@@ -314,7 +311,6 @@ class _MemoryState:
             return ledger.costs()
 
 
-_T = TypeVar("_T")
 PlanFn = Callable[[Ledger], Optional[Plan]]
 
 
@@ -329,10 +325,6 @@ class _Call:
         self.fn = fn
         self.args = args
         self.summary = summary
-
-
-_Flow = Generator[_Call, Any, _T]
-"""An operation written once: it yields the calls to make and receives their results."""
 
 
 class _Fold:
@@ -416,7 +408,7 @@ class _Folding(_MemoryState):
         else:
             self._record(Folded(summary, positions, cut, keep_last))
 
-    def _fold_flow(self, plan_fn: PlanFn, keep_last: Optional[int]) -> _Flow[Optional[int]]:
+    def _fold_flow(self, plan_fn: PlanFn, keep_last: Optional[int]) -> Flow[_Call, Optional[int]]:
         """One fold, in its span: plan, ``summarize(summary, evicted)``, commit, then
         ``on_evict(evicted)``. The driver runs it holding its fold lock (:meth:`_run`); a failed or
         cancelled summarizer call leaves everything as it was and propagates. Returns what
@@ -456,14 +448,14 @@ class _Folding(_MemoryState):
             except Exception as error:  # the fold is committed: a counter failing here only shows
                 span.record_exception(error)
 
-    def _settle_flow(self) -> _Flow[None]:
+    def _settle_flow(self) -> Flow[_Call, None]:
         """Fold until the policy is satisfied (a fold discarded by a change made meanwhile is
         planned again; one that finds nothing to cut ends it)."""
         while self._needs_fold():
             if (yield _Call(self._run, self._policy.plan)) == 0:
                 return
 
-    def _fold_keeping_flow(self, keep_last: object) -> _Flow[int]:
+    def _fold_keeping_flow(self, keep_last: object) -> Flow[_Call, int]:
         """``fold(keep_last)``: fold all but the newest ``keep_last``; records a fold of nothing
         when nothing left."""
         keep = v.check_int("keep_last", keep_last, 0)
@@ -473,17 +465,17 @@ class _Folding(_MemoryState):
                 self._record_fold(self._summary, None, keep)
         return count or 0
 
-    def _extend_flow(self, messages: Iterable[Message]) -> _Flow[None]:
+    def _extend_flow(self, messages: Iterable[Message]) -> Flow[_Call, None]:
         """``extend(messages)``: append them all (or none), then evict once."""
         if self._append(messages):
             yield _Call(self._prune)
 
-    def _replay_flow(self, changes: Iterable[Change]) -> _Flow[None]:
+    def _replay_flow(self, changes: Iterable[Change]) -> Flow[_Call, None]:
         """The replay flow: applies the plain changes itself and runs the flows of ``extend`` and
         (on the classes with a public ``fold()``) of ``fold`` for the adds and explicit folds."""
         batch = list(changes)
         for index, change in enumerate(batch):
-            if not isinstance(change, _CHANGE_TYPES):
+            if not isinstance(change, get_args(Change)):
                 raise v.type_error(f"changes[{index}]", "a rollmem.changes record", change)
         for change in batch:
             if isinstance(change, Appended):

@@ -82,8 +82,14 @@ def load_summarizer(spec: str, token_counter: TokenCounter, max_summary_tokens: 
     if not (colon and head and tail and _dotted(head) and _dotted(tail)):
         raise SpecError(f"--summarizer {spec!r}: expected {SPEC_FORMS}")
     function = _import_function(spec, head, tail)
-    with _EventLoop() as loop:
+    loop = asyncio.new_event_loop()
+    try:
         yield _guarded(function, loop)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 def _import_function(spec: str, module_name: str, path: str) -> Callable[..., Any]:
@@ -92,14 +98,12 @@ def _import_function(spec: str, module_name: str, path: str) -> Callable[..., An
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        missing = error.name or ""
+    except Exception as error:  # not found, or the user's module raised while being imported
+        missing = (error.name or "") if isinstance(error, ModuleNotFoundError) else ""
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
             raise SpecError(
                 f"--summarizer {spec}: no module named {missing!r} in the current directory or on PYTHONPATH"
             ) from None
-        raise SpecError(f"--summarizer {spec}: importing {module_name} failed: {_reason(error)}") from None
-    except Exception as error:  # the user's module raised while being imported
         raise SpecError(f"--summarizer {spec}: importing {module_name} failed: {_reason(error)}") from None
     value: Any = module
     for part in path.split("."):
@@ -112,35 +116,12 @@ def _import_function(spec: str, module_name: str, path: str) -> Callable[..., An
     return value  # type: ignore[no-any-return]
 
 
-class _EventLoop:
-    """One event loop, created on first use and closed at exit."""
+def _guarded(function: Callable[..., Any], loop: Optional[asyncio.AbstractEventLoop] = None) -> SummarizeFn:
+    """``function`` as a sync ``summarize_fn`` whose failures are :class:`SummarizerFailed`; an
+    awaitable it returns runs on ``loop``."""
 
-    def __init__(self) -> None:
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-
-    def run(self, awaitable: Awaitable[_T]) -> _T:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-
-        async def wait() -> _T:
-            return await awaitable
-
-        return self._loop.run_until_complete(wait())
-
-    def __enter__(self) -> _EventLoop:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                loop.close()
-
-
-def _guarded(function: Callable[..., Any], loop: Optional[_EventLoop] = None) -> SummarizeFn:
-    """``function`` as a sync ``summarize_fn`` whose failures are :class:`SummarizerFailed`."""
+    async def wait(awaitable: Awaitable[Any]) -> Any:
+        return await awaitable
 
     def summarize(summary: str, messages: Sequence[Message]) -> str:
         try:
@@ -148,7 +129,7 @@ def _guarded(function: Callable[..., Any], loop: Optional[_EventLoop] = None) ->
             if inspect.isawaitable(result):
                 if loop is None:
                     raise TypeError("returned an awaitable")
-                result = loop.run(result)
+                result = loop.run_until_complete(wait(result))
         except (Exception, SystemExit) as error:  # SystemExit too: it must not end the replay silently
             raise SummarizerFailed(f"the summarizer failed: {_reason(error)}") from error
         if not isinstance(result, str):

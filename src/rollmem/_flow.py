@@ -1,4 +1,5 @@
-"""How a generator flow is driven: once blocking, once with asyncio.
+"""How a generator flow is driven: once blocking, once with asyncio; and how a blocking call is
+awaited (:func:`in_thread`).
 
 A *flow* is an operation written once as a generator. It yields a request (a call to make, a
 command to send, a statement to execute), receives the result, or has the exception that
@@ -20,10 +21,12 @@ from :func:`run` or :func:`arun` unchanged.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Generator
 from typing import Any, Callable, Optional, TypeVar
 
-__all__ = ["Flow", "arun", "run"]
+__all__ = ["Flow", "arun", "in_thread", "resolved", "run"]
 
 _R = TypeVar("_R")
 _T = TypeVar("_T")
@@ -68,3 +71,17 @@ async def arun(flow: Flow[_R, _T], perform: Callable[[_R], Awaitable[Any]]) -> _
         done, value = _resume(flow, result, error)
         error = None
     return value  # type: ignore[no-any-return]
+
+
+async def in_thread(call: Callable[..., _T], *args: Any) -> _T:
+    """``call(*args)`` in a worker thread, awaited: the one adapter from a blocking call to a
+    coroutine (a thread-backed store's ``a``-methods, a blocking store under
+    :class:`~rollmem.sessions.AsyncSessions`). The event loop never blocks on it, and the caller's
+    context variables go along (:func:`asyncio.to_thread`)."""
+    return await asyncio.to_thread(call, *args)
+
+
+async def resolved(value: Any) -> Any:
+    """``value``, awaited when it is awaitable: how async code takes what a callback that may be
+    a plain or a coroutine function returned."""
+    return (await value) if inspect.isawaitable(value) else value

@@ -29,18 +29,13 @@ from typing import Any, Callable, Optional
 
 from .message import Message
 
-__all__ = ["COST_LIMIT", "Ledger", "Plan", "TrackedList", "check_message", "checked_messages", "is_reply"]
+__all__ = ["COST_LIMIT", "Ledger", "Plan", "TrackedList", "check_message", "checked_messages"]
 
 COST_LIMIT = 2**63
 """Every message cost is an ``int`` in ``range(COST_LIMIT)``: a store keeps it as a signed 64-bit
 integer (the memory refuses a counter's result, or a restored cost, outside it)."""
 
 _REPLY_ROLES = frozenset(("assistant", "tool"))
-
-
-def is_reply(message: Message) -> bool:
-    """Whether a message answers something: an ``assistant`` or ``tool`` turn, or a tool result."""
-    return message.role in _REPLY_ROLES or message.tool_call_id is not None
 
 
 class TrackedList(list):  # type: ignore[type-arg]

@@ -141,6 +141,17 @@ def check_not_coroutine(name: str, value: object, advice: str) -> None:
         raise TypeError(f"{name} is a coroutine function: {advice}")
 
 
+def unawaited(value: object) -> bool:
+    """Whether ``value`` is an awaitable that will not be awaited; a coroutine is closed first, so
+    that it never warns that it was never awaited."""
+    if not inspect.isawaitable(value):
+        return False
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()
+    return True
+
+
 def join(path: str, key: str | int) -> str:
     """``join("buffer", 3)`` is ``"buffer[3]"``; ``join("buffer[3]", "id")`` is ``"buffer[3].id"``."""
     if isinstance(key, int):

@@ -106,8 +106,6 @@ class Plan:
     """``None``: nothing to write."""
     seqs_before_new: list[int]
     """The loaded sequence numbers still in the buffer."""
-    new_count: int
-    """How many entries the write appends."""
     redoable: bool
     """Whether a lost write may be redone on the latest state."""
     fallback: Optional[LogWrite] = None
@@ -247,7 +245,7 @@ def plan_append(
         return None
     new = tuple(entry(session_id, m, c) for m, c in zip(added, costs))
     append = LogWrite(head.incarnation, new, counter=head.counter, ttl=ttl) if new else None
-    return Plan(append, loaded.seqs, len(new), True)
+    return Plan(append, loaded.seqs, True)
 
 
 def plan_fold(
@@ -266,7 +264,7 @@ def plan_fold(
     new = tuple(entry(session_id, m, c) for seq, m, c in state.slots if seq < 0)
     if not state.evicted:
         append = LogWrite(head.incarnation, new, counter=head.counter, ttl=ttl) if new else None
-        return Plan(append, alive, len(new), True)
+        return Plan(append, alive, True)
     cut = max(state.removed) + 1 if state.removed else 0
     fold = LogWrite(
         head.incarnation,
@@ -288,7 +286,7 @@ def plan_fold(
             for m, c in zip(change.messages, change.costs)
         )
         fallback = LogWrite(head.incarnation, added, counter=head.counter, ttl=ttl)
-    return Plan(fold, alive, len(new), True, fallback, state.removed, state.removed_new)
+    return Plan(fold, alive, True, fallback, state.removed, state.removed_new)
 
 
 def plan_rewrite(
@@ -316,7 +314,7 @@ def plan_rewrite(
             counter=identity,
             ttl=ttl,
         )
-    return Plan(write, [], len(entries), redoable)
+    return Plan(write, [], redoable)
 
 
 def plan_write(
@@ -337,7 +335,7 @@ def plan_write(
         and len(buffer) == len(loaded.messages)
         and all(map(operator.is_, buffer, loaded.messages))
     ):
-        return Plan(None, loaded.seqs, 0, True)  # what the block did left nothing changed
+        return Plan(None, loaded.seqs, True)  # what the block did left nothing changed
     if head is not None and head.counter == identity and not any(isinstance(c, RARE) for c in changes):
         kind: Callable[..., Optional[Plan]]
         kind = plan_append if all(type(c) is Appended for c in changes) else plan_fold

@@ -138,15 +138,3 @@ Change = Union[
     Appended, Folded, Dropped, Cleared, Pinned, Unpinned, SummaryAssigned, BufferAssigned, Restored
 ]
 """Any record of :mod:`rollmem.changes`."""
-
-_CHANGE_TYPES = (
-    Appended,
-    Folded,
-    Dropped,
-    Cleared,
-    Pinned,
-    Unpinned,
-    SummaryAssigned,
-    BufferAssigned,
-    Restored,
-)

@@ -183,35 +183,36 @@ class _Replay:
         }
 
 
-def _table(rows: Sequence[tuple[str, object]]) -> str:
-    width = max(len(label) for label, _ in rows)
-    return "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
-
-
 def _stats_table(replay: _Replay, summarizer: str) -> str:
     stats = replay.memory.stats()
     buffer_tokens = stats.buffer_tokens or 0
     target = f", target {stats.target_tokens}" if stats.target_tokens != stats.max_tokens else ""
-    return _table(
-        [
-            ("messages replayed", replay.replayed),
-            ("summarizer", summarizer),
-            ("folds", stats.folds),
-            ("summarizer calls", stats.summarizer_calls),
-            ("failed folds", stats.failed_folds),
-            ("messages summarized", stats.messages_summarized),
-            ("messages dropped", stats.messages_dropped),
-            ("tokens sent to summarizer", replay.tokens_sent),
-            ("peak buffer tokens", f"{replay.peak_buffer_tokens} (max {stats.max_tokens}{target})"),
-            ("peak context tokens", f"{replay.peak_context_tokens} (summary + buffer)"),
-            ("buffer now", f"{plural(stats.messages, 'message')}, {plural(buffer_tokens, 'token')}"),
-            ("summary now", plural(stats.summary_tokens or 0, "token")),
-        ]
-    )
+    rows: list[tuple[str, object]] = [
+        ("messages replayed", replay.replayed),
+        ("summarizer", summarizer),
+        ("folds", stats.folds),
+        ("summarizer calls", stats.summarizer_calls),
+        ("failed folds", stats.failed_folds),
+        ("messages summarized", stats.messages_summarized),
+        ("messages dropped", stats.messages_dropped),
+        ("tokens sent to summarizer", replay.tokens_sent),
+        ("peak buffer tokens", f"{replay.peak_buffer_tokens} (max {stats.max_tokens}{target})"),
+        ("peak context tokens", f"{replay.peak_context_tokens} (summary + buffer)"),
+        ("buffer now", f"{plural(stats.messages, 'message')}, {plural(buffer_tokens, 'token')}"),
+        ("summary now", plural(stats.summary_tokens or 0, "token")),
+    ]
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"  {label:<{width}}  {value}" for label, value in rows)
 
 
 def _section(out: TextIO, title: str, body: str) -> None:
     out.write(f"\n== {title} ==\n{body}\n")
+
+
+def _report(out: TextIO, replay: _Replay, stats_title: str, summarizer: str) -> None:
+    """The final context, then the stats table."""
+    _section(out, "final context: the summary, then the recent turns", _context(replay.memory))
+    _section(out, stats_title, _stats_table(replay, summarizer))
 
 
 def _pin_system(messages: Sequence[Message]) -> list[Message]:
@@ -261,8 +262,7 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
         )
 
     replay.run(messages, progress)
-    _section(out, "final context: the summary, then the recent turns", _context(replay.memory))
-    _section(out, "stats", _stats_table(replay, "extractive"))
+    _report(out, replay, "stats", "extractive")
     out.write(
         "\nTry a transcript: python -m rollmem demo --export chat.jsonl writes this one, then\n"
         "python -m rollmem replay chat.jsonl --pin-system --max-tokens 2000\n"
@@ -285,7 +285,7 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
         replay = _replay_with(args, messages, counter, resources)
     memory = replay.memory
     if args.save is not None:
-        _save(args.save, memory.to_dict())
+        _write(args.save, json.dumps(memory.to_dict(), ensure_ascii=False, indent=2) + "\n")
     if args.json:
         document = {
             "context": [message.to_dict() for message in memory.get_messages()],
@@ -294,8 +294,7 @@ def _replay(args: argparse.Namespace, out: TextIO) -> int:
         }
         _dump(document, out)
         return 0
-    _section(out, "final context: the summary, then the recent turns", _context(memory))
-    _section(out, f"stats (counter: {args.counter})", _stats_table(replay, args.summarizer))
+    _report(out, replay, f"stats (counter: {args.counter})", args.summarizer)
     if args.save is not None:
         out.write(f"\nstate saved to {args.save}\n")
     return 0
@@ -335,11 +334,6 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stream
         return False
-
-
-def _save(path: str, state: dict[str, Any]) -> None:
-    """Write the state as JSON, atomically (:func:`_write`)."""
-    _write(path, json.dumps(state, ensure_ascii=False, indent=2) + "\n")
 
 
 def _write(path: str, text: str) -> None:

@@ -1,41 +1,31 @@
 """The memory classes: a running summary plus a verbatim buffer of recent messages.
 
-**How a memory is built.** Every class is a *policy* composed with a *driver*:
-
-- the policy (:mod:`rollmem.policies`) is the eviction rule, the only one: how much a message
-  costs, when to evict, what leaves (``TokenBudget`` for :class:`RollingMemory`,
-  ``MessageWindow`` for :class:`WindowMemory`, ``FoldAll`` for :class:`SummaryMemory`,
-  ``KeepAll`` for :class:`BufferMemory`);
-- the base :class:`_Memory` holds everything that needs no I/O, in three layers: the state and
-  its plain changes, each recorded (:mod:`rollmem._state`); the *flows*, generators written once
-  that yield the calls to make (:mod:`rollmem._folding`: the fold, settling after an add,
-  ``extend``, ``fold(keep_last)``, ``replay``); and here the reads and serialization;
-- the driver performs what a flow yields (``_perform``, run by :mod:`rollmem._flow`) and holds
-  the fold lock: :class:`_SyncMemory` (plain methods, thread-safe) calls it, :class:`_AsyncMemory`
-  (coroutine methods, optionally folding in a background task) also awaits what returns an
-  awaitable. They differ in nothing else.
-
-**Changes** are typed records (:mod:`rollmem.changes`): :meth:`_Memory.record` collects what a
-block of work changed, ``replay`` applies it to another memory (used by :mod:`rollmem.sessions`).
+Every class is a *policy* (:mod:`rollmem.policies`: the eviction rule, the only one) composed
+with a *driver*: sync (plain methods, thread-safe: :class:`Memory` and the classes without a
+summarizer) or async (:class:`AsyncMemory`: coroutine methods, optionally folding in a
+background task). Both run
+the same flows, written once in the base (the fold, settling after an add, ``extend``,
+``fold(keep_last)``, ``replay``), and differ in nothing else. Every change is a typed record
+(:mod:`rollmem.changes`): ``record()`` collects what a block of work changed, ``replay`` applies
+it to another memory (used by :mod:`rollmem.sessions`).
 
 **Adding a memory class** takes one policy and a constructor: subclass :class:`Memory` (sync)
 or :class:`AsyncMemory` and pass the policy to ``super().__init__(policy, summarize_fn,
-on_evict=...)``. ``from_dict`` and everything else come from the base (see
+on_evict=...)``; ``from_dict`` and everything else come from the base (see
 :mod:`rollmem.policies` for a class with a budget in characters).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, TypeVar, Union, overload
 
 from . import _validate as v
-from ._base import _ASYNC_TWINS, PlanFn, _async_advice, _Call, _Folding
-from ._flow import arun, run
+from ._base import PlanFn, _Call, _Folding
+from ._flow import arun, resolved, run
 from ._ledger import COST_LIMIT
 from ._types import AsyncSummarizeFn, EvictHook, SummarizeFn, TokenCounter
 from .changes import Change
@@ -241,11 +231,8 @@ class _SyncMemory(_Memory):
     def _perform(self, call: _Call) -> Any:
         """Make a call a flow yields; a summarizer that returns an awaitable fails."""
         result = call.fn(*call.args)
-        if call.summary and type(result) is not str and inspect.isawaitable(result):
-            close = getattr(result, "close", None)
-            if callable(close):
-                close()  # a coroutine that is never awaited would warn
-            raise TypeError(f"summarize_fn returned an awaitable: {_async_advice(type(self))}")
+        if call.summary and type(result) is not str and v.unawaited(result):
+            raise TypeError(f"summarize_fn returned an awaitable: {self._async_advice()}")
         return result
 
     def add_message(
@@ -340,16 +327,14 @@ class _SyncMemory(_Memory):
         run(self._replay_flow(changes), self._perform)
 
 
-class _AsyncMemory(_Memory):
-    """The async driver: coroutine methods; safe for many tasks on one loop. Folds are
-    serialized; ``summarize_fn`` and ``on_evict`` may be plain or coroutine functions."""
+class AsyncMemory(_Memory):
+    """:class:`Memory` for async code (the async driver), the base of the async classes: safe for
+    many tasks on one loop, folds serialized. The ``add_*`` methods, ``extend`` and ``fold`` are
+    coroutines and ``summarize_fn``/``on_evict`` may be async. With ``background=True`` an add
+    returns once the message is appended and the fold runs as a task (see :meth:`flush`);
+    meanwhile the buffer may exceed what the policy allows."""
 
-    def __init_subclass__(cls, twin_of: Optional[type[_Memory]] = None, **kwargs: Any) -> None:
-        """``class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory)``: the sync class whose
-        refusal of a coroutine function names this class."""
-        super().__init_subclass__(**kwargs)
-        if twin_of is not None:
-            _ASYNC_TWINS[twin_of] = cls
+    _folds_on_request = True
 
     def __init__(
         self,
@@ -370,8 +355,7 @@ class _AsyncMemory(_Memory):
     @staticmethod
     async def _perform(call: _Call) -> Any:
         """Make a call a flow yields, awaiting what returns an awaitable."""
-        result = call.fn(*call.args)
-        return (await result) if inspect.isawaitable(result) else result
+        return await resolved(call.fn(*call.args))
 
     async def add_message(
         self,
@@ -445,6 +429,11 @@ class _AsyncMemory(_Memory):
     async def extend(self, messages: Iterable[Message]) -> None:
         """Append many messages, then evict once: at most one summarizer call. All or nothing."""
         await arun(self._extend_flow(messages), self._perform)
+
+    async def fold(self, keep_last: int = 0) -> int:
+        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
+        one summarizer call (awaited when async). Returns how many messages left the buffer."""
+        return await arun(self._fold_keeping_flow(keep_last), self._perform)
 
     @property
     def background(self) -> bool:
@@ -520,25 +509,12 @@ class Memory(_SyncMemory):
     error propagates. ``on_evict`` is called with what left, after each committed eviction."""
 
     _folds_on_request = True
+    _async_twin = "AsyncMemory"
 
     def fold(self, keep_last: int = 0) -> int:
         """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
         one summarizer call. Returns how many messages left the buffer."""
         return run(self._fold_keeping_flow(keep_last), self._perform)
-
-
-class AsyncMemory(_AsyncMemory, twin_of=Memory):
-    """:class:`Memory` for async code: the base of the async classes. The ``add_*`` methods,
-    ``extend`` and ``fold`` are coroutines and ``summarize_fn``/``on_evict`` may be async. With
-    ``background=True`` an add returns once the message is appended and the fold runs as a task
-    (see :meth:`flush`); meanwhile the buffer may exceed what the policy allows."""
-
-    _folds_on_request = True
-
-    async def fold(self, keep_last: int = 0) -> int:
-        """Fold everything but the newest ``keep_last`` messages (whole units; pinned stay) now, in
-        one summarizer call (awaited when async). Returns how many messages left the buffer."""
-        return await arun(self._fold_keeping_flow(keep_last), self._perform)
 
 
 # -- the public classes: a policy and a driver each ---------------------------------------------
@@ -553,6 +529,8 @@ class RollingMemory(Memory):
     dropped without one. If the summarizer raises, nothing changes and the error propagates.
     Thread-safe. Policy: :class:`~rollmem.policies.TokenBudget`.
     """
+
+    _async_twin = "AsyncRollingMemory"
 
     max_tokens = _PolicySetting("max_tokens", "The token budget of the buffer (an ``int`` > 0); validated.")
     target_tokens = _PolicySetting(
@@ -599,7 +577,7 @@ class RollingMemory(Memory):
         return memory
 
 
-class AsyncRollingMemory(AsyncMemory, twin_of=RollingMemory):
+class AsyncRollingMemory(AsyncMemory):
     """:class:`RollingMemory` for async code: the ``add_*`` methods, ``extend`` and ``fold`` are
     coroutines and ``summarize_fn`` may be async. With ``background=True`` an add returns once the
     message is appended and the fold runs as a task (see :meth:`flush`); meanwhile the context may
@@ -671,12 +649,14 @@ class SummaryMemory(Memory):
     with one call. If the call fails the message stays in the buffer until the next add folds it.
     Policy: :class:`~rollmem.policies.FoldAll`."""
 
+    _async_twin = "AsyncSummaryMemory"
+
     def __init__(self, summarize_fn: SummarizeFn, *, on_evict: Optional[EvictHook] = None) -> None:
         _check_summarizer(summarize_fn)
         super().__init__(FoldAll(), summarize_fn, on_evict=on_evict)
 
 
-class AsyncSummaryMemory(AsyncMemory, twin_of=SummaryMemory):
+class AsyncSummaryMemory(AsyncMemory):
     """:class:`SummaryMemory` for async code, with the concurrency guarantees of
     :class:`AsyncRollingMemory`."""
 

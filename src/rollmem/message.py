@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
-from typing import Any, Callable, NoReturn, Optional, TypeVar
+from typing import Any, NoReturn, Optional, TypeVar
 
 from . import _validate as v
 from .errors import InvalidStateError, StateTypeError
@@ -22,16 +22,15 @@ STATE_VERSION = 2
 and ``rollmem.sessions`` both read it from here)."""
 
 
+def _refuse(*args: object, **kwargs: object) -> NoReturn:
+    raise TypeError("Message.metadata is read-only; build a new Message instead")
+
+
 class _FrozenDict(dict):  # type: ignore[type-arg]
     """A dict that refuses changes: keeps a frozen message frozen, yet pickles and JSON-encodes."""
 
     __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
-        raise TypeError("Message.metadata is read-only; build a new Message instead")
-
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
-    __ior__ = _refuse
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_FrozenDict, (dict(self),))
@@ -41,10 +40,6 @@ class _FrozenList(list):  # type: ignore[type-arg]
     """A list that refuses changes: what a list inside a message's metadata becomes."""
 
     __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
-        raise TypeError("Message.metadata is read-only; build a new Message instead")
-
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
     append = extend = insert = pop = remove = clear = sort = reverse = _refuse
 
@@ -133,11 +128,6 @@ def _slotted(cls: type[_T]) -> type[_T]:
     getters = [slotted.__dict__[name].__get__ for name in names]
     setters = [slotted.__dict__[name].__set__ for name in names]
     return slotted  # type: ignore[no-any-return]
-
-
-def _setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
-    """The slot setters of ``cls``'s fields: they bypass the frozen ``__setattr__``."""
-    return tuple(cls.__dict__[name].__set__ for name in names)
 
 
 @_slotted
@@ -299,8 +289,10 @@ def _tool_call_from_dict(data: object, path: str) -> ToolCall:
     )
 
 
-_set_role, _set_content, _set_id, _set_tool_calls, _set_tool_call_id, _set_metadata, _set_pinned = _setters(
-    Message, "role", "content", "id", "tool_calls", "tool_call_id", "metadata", "pinned"
+# The slot setters of Message's fields, in field order: they bypass the frozen __setattr__.
+_set_role, _set_content, _set_id, _set_tool_calls, _set_tool_call_id, _set_metadata, _set_pinned = (
+    Message.__dict__[name].__set__
+    for name in Message.__slots__  # type: ignore[attr-defined]
 )
 
 

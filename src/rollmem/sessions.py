@@ -14,10 +14,8 @@ memory and redoes the block's changes (``memory.replay``, after a jittered backo
 assignment, a ``restore()`` or an in-place edit of ``buffer`` cannot be redone: ``ConflictError``,
 nothing written (:meth:`Sessions.update` re-runs a function instead). ``on_evict`` is held back
 and called once per eviction after the write that commits it, never for an uncommitted one.
-
-Each operation is one flow yielding ``_Load``, ``_Write``, ``_Sleep`` and ``_Redo`` requests, run
-by :func:`rollmem._flow.run` (plain calls) or :func:`~rollmem._flow.arun` (awaits); every
-decision lives in the shared base.
+Each operation is one flow, run with plain calls (:class:`Sessions`) or awaits
+(:class:`AsyncSessions`): every decision lives in the shared base.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import operator
 import random
 import threading
 import time
@@ -36,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, Optional, Protocol, TypeVar, Union, cast, runtime_checkable
 
 from . import _validate as v
-from ._flow import arun, run
-from ._write_plan import Loaded, Plan, plan_write, read_summary, rebase_fold
+from ._flow import arun, resolved, run
+from ._write_plan import Loaded, Plan, PlannedMemory, plan_write, read_summary, rebase_fold
 from .changes import Appended, Change, Dropped, Folded
 from .counters import counter_identity
 from .errors import ConflictError, InvalidStateError
@@ -49,12 +48,9 @@ __all__ = ["AsyncSessions", "Sessions"]
 
 
 @runtime_checkable
-class _SessionMemory(Protocol):
+class _SessionMemory(PlannedMemory, Protocol):
     """What a session needs from a memory: every rollmem memory class qualifies (a factory's
     result is checked against this protocol)."""
-
-    @property
-    def summary(self) -> str: ...
 
     @property
     def buffer(self) -> list[Message]: ...
@@ -76,8 +72,6 @@ class _SessionMemory(Protocol):
     def replay(self, changes: Iterable[Change]) -> Any: ...
 
     def restore(self, data: Mapping[str, Any], *, costs: Optional[Sequence[int]] = None) -> None: ...
-
-    def costs(self) -> list[int]: ...
 
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -109,11 +103,12 @@ class _Sleep:
 @dataclass(frozen=True)
 class _Redo:
     memory: Any
-    changes: tuple[Change, ...]
+    apply: Callable[[Any], Any]  # replays the block's changes, or runs update's fn again
 
 
 _Request = Union[_Load, _Write, _Sleep, _Redo]
 _Flow = Generator[_Request, Any, _T]
+_Rerun = Optional[Callable[[Any], Any]]  # update's fn, run again on the latest state after a lost write
 
 
 # -- what a block loaded ----------------------------------------------------------------------------
@@ -196,6 +191,21 @@ class _LiveCache:
             return live
         return None
 
+    def put_written(
+        self,
+        session_id: str,
+        head: Head,
+        before: Optional[Head],
+        write: LogWrite,
+        seqs: list[int],
+        memory: Any,
+    ) -> None:
+        """Keep ``memory`` live after ``write`` on ``before`` returned ``head``, its entries after
+        ``seqs``: only when the store holds exactly this write (not when others wrote in between:
+        a driver's resent write returns the latest head)."""
+        if head == new_head(before, write, head.incarnation):
+            self.put(session_id, head, [*seqs, *range(head.tail - len(write.entries), head.tail)], memory)
+
     def put(self, session_id: str, head: Head, seqs: list[int], memory: _SessionMemory) -> None:
         if self._size == 0:
             return
@@ -215,16 +225,7 @@ class _LiveCache:
             self._entries.clear()
 
 
-# -- validation -------------------------------------------------------------------------------------
-
-
-_check_session_id = v.check_session_id
-
-
-def _check_options(ttl: object, max_retries: object, cache_size: object) -> None:
-    v.check_ttl(ttl)
-    v.check_int("max_retries", max_retries, 0)
-    v.check_int("cache_size", cache_size, 0)
+# -- the rules of a block ---------------------------------------------------------------------------
 
 
 _SYNC_UPDATE = "Sessions.update calls fn without awaiting it; use AsyncSessions.update"
@@ -233,15 +234,8 @@ _SYNC_UPDATE = "Sessions.update calls fn without awaiting it; use AsyncSessions.
 def _refuse_awaitable(result: object) -> None:
     """Raise ``TypeError`` (inside the block: nothing is written) when ``fn`` returned an
     awaitable; a coroutine is closed first, so it never warns that it was not awaited."""
-    if inspect.isawaitable(result):
-        close = getattr(result, "close", None)
-        if callable(close):
-            close()
+    if v.unawaited(result):
         raise TypeError(f"fn returned an awaitable ({type(result).__name__}): {_SYNC_UPDATE}")
-
-
-class _Lost(Exception):
-    """A write lost and the caller asked not to redo (``update`` re-runs its function instead)."""
 
 
 def _refused(session_id: str) -> ConflictError:
@@ -266,15 +260,14 @@ class _SessionsBase(Generic[M]):
     _async_memories = False
 
     def __init__(
-        self,
-        factory: Callable[[], M],
-        ttl: Optional[float],
-        max_retries: int,
-        cache_size: int,
+        self, log: Any, factory: Callable[[], M], ttl: Optional[float], max_retries: int, cache_size: int
     ) -> None:
         if not callable(factory):
             raise TypeError(f"factory: expected a callable returning a memory, got {type(factory).__name__}")
-        _check_options(ttl, max_retries, cache_size)
+        v.check_ttl(ttl)
+        v.check_int("max_retries", max_retries, 0)
+        v.check_int("cache_size", cache_size, 0)
+        self._log = log
         self._factory = factory
         self._ttl = ttl
         self._max_retries = max_retries
@@ -353,10 +346,11 @@ class _SessionsBase(Generic[M]):
         return memory
 
     def _commit(
-        self, session_id: str, memory: M, loaded: Loaded, changes: Sequence[Change], redo: bool
+        self, session_id: str, memory: M, loaded: Loaded, changes: Sequence[Change], rerun: _Rerun
     ) -> _Flow[Sequence[Change]]:
         """Write what the block changed; on a conflict land an add-only turn's messages (see
-        :meth:`_land`), or reload, redo and try again. Returns the changes that were committed."""
+        :meth:`_land`), or reload, redo (or ``rerun`` the block's function) and try again.
+        Returns the changes that were committed."""
         retries = 0
         while True:
             identity = counter_identity(memory.token_counter)
@@ -368,11 +362,9 @@ class _SessionsBase(Generic[M]):
             try:
                 head: Head = yield _Write(session_id, plan.change)
             except ConflictError as exc:
-                if not redo:
-                    raise _Lost() from exc
-                if not plan.redoable:
+                if rerun is None and not plan.redoable:
                     raise _refused(session_id) from exc
-                if plan.fallback is not None:
+                if rerun is None and plan.fallback is not None:
                     landed = yield from self._land(session_id, memory, plan, loaded, changes)
                     if landed is not None:
                         self._count_landed()
@@ -380,16 +372,13 @@ class _SessionsBase(Generic[M]):
                 retries = self._count_retry(session_id, retries, exc)
                 yield _Sleep(_backoff(retries))
             else:
-                # Kept live only when the store holds exactly this write on the loaded head: not
-                # when others wrote in between (a driver's resent write returns the latest head).
-                if head == new_head(loaded.head, plan.change, head.incarnation):
-                    first = head.tail - plan.new_count
-                    seqs = [*plan.seqs_before_new, *range(first, head.tail)]
-                    self._live.put(session_id, head, seqs, memory)
+                self._live.put_written(
+                    session_id, head, loaded.head, plan.change, plan.seqs_before_new, memory
+                )
                 return changes
             latest: Optional[StoredLog] = yield _Load(session_id, None)
             loaded = _restore(memory, latest, session_id)
-            changes = yield _Redo(memory, tuple(changes))
+            changes = yield _Redo(memory, rerun or operator.methodcaller("replay", tuple(changes)))
 
     def _land(
         self, session_id: str, memory: M, plan: Plan, loaded: Loaded, changes: Sequence[Change]
@@ -421,9 +410,7 @@ class _SessionsBase(Generic[M]):
             return None  # the caller reloads and redoes
         appended = [change for change in changes if isinstance(change, Appended)]
         memory.buffer = [*memory.buffer, *(m for change in appended for m in change.messages)]
-        if head == new_head(latest.head, fallback, head.incarnation):
-            first = head.tail - len(fallback.entries)
-            self._live.put(session_id, head, [*loaded.seqs, *range(first, head.tail)], memory)
+        self._live.put_written(session_id, head, latest.head, fallback, loaded.seqs, memory)
         return appended
 
 
@@ -451,6 +438,8 @@ class Sessions(_SessionsBase[M]):
     holds what was saved (plus what others appended since). Thread-safe.
     """
 
+    _log: LogStore
+
     def __init__(
         self,
         store: LogStore,
@@ -462,9 +451,8 @@ class Sessions(_SessionsBase[M]):
     ) -> None:
         if not isinstance(store, LogStore):
             raise v.type_error("store", "a rollmem LogStore", store)
-        super().__init__(factory, ttl, max_retries, cache_size)
+        super().__init__(store, factory, ttl, max_retries, cache_size)
         self._store = store
-        self._log = store
 
     @property
     def store(self) -> LogStore:
@@ -484,7 +472,7 @@ class Sessions(_SessionsBase[M]):
         state, ``ConflictError`` after ``max_retries`` lost writes, ``StoreUnavailableError``
         from the store.
         """
-        with self._block(session_id, redo=True) as memory:
+        with self._block(session_id) as memory:
             yield memory
 
     def update(self, session_id: str, fn: Callable[[M], _T]) -> _T:
@@ -494,30 +482,29 @@ class Sessions(_SessionsBase[M]):
         ``summary`` or ``buffer``: ``fn`` may run more than once and must only change the memory.
         ``fn`` must be a plain function: a coroutine function (or an ``fn`` that returns an
         awaitable) raises ``TypeError`` and nothing is written; use :meth:`AsyncSessions.update`."""
-        _check_session_id(session_id)
-        if not callable(fn):
-            raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+        v.check_session_id(session_id)
+        v.check_callable("fn", fn)
         v.check_not_coroutine("fn", fn, _SYNC_UPDATE)
-        retries = 0
-        while True:
-            try:
-                with self._block(session_id, redo=False) as memory:
-                    result = fn(memory)
-                    _refuse_awaitable(result)
-                return result
-            except _Lost as lost:
-                retries = self._count_retry(session_id, retries, lost.__cause__)
-                time.sleep(_backoff(retries))
+        results: list[_T] = []
+
+        def attempt(memory: M) -> None:
+            result = fn(memory)
+            _refuse_awaitable(result)
+            results.append(result)
+
+        with self._block(session_id, rerun=attempt) as memory:
+            attempt(memory)
+        return results[-1]
 
     @contextmanager
-    def _block(self, session_id: str, redo: bool) -> Iterator[M]:
-        _check_session_id(session_id)
+    def _block(self, session_id: str, rerun: _Rerun = None) -> Iterator[M]:
+        v.check_session_id(session_id)
         memory, loaded = self._run(self._checkout(session_id))
         hook = memory.on_evict
         memory.on_evict = None  # left off a memory whose block fails: it is dropped
         with memory.record() as changes:
             yield memory
-        committed = self._run(self._commit(session_id, memory, loaded, changes, redo))
+        committed = self._run(self._commit(session_id, memory, loaded, changes, rerun))
         memory.on_evict = hook
         if hook is not None:
             for messages in _evicted(committed):
@@ -525,12 +512,12 @@ class Sessions(_SessionsBase[M]):
 
     def get(self, session_id: str) -> Optional[M]:
         """A snapshot of the stored session (``None`` if there is none); changes to it are not saved."""
-        return self._run(self._snapshot(_check_session_id(session_id)))
+        return self._run(self._snapshot(v.check_session_id(session_id)))
 
     def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if there was a live one. A block that loaded it before
         can no longer write to the session (nor to a new one under the same id)."""
-        self._live.discard(_check_session_id(session_id))
+        self._live.discard(v.check_session_id(session_id))
         return self._log.delete(session_id)
 
     def ids(self, prefix: str = "") -> list[str]:
@@ -563,9 +550,8 @@ class Sessions(_SessionsBase[M]):
             return self._log.write(request.session_id, request.change)
         if isinstance(request, _Sleep):
             return time.sleep(request.seconds)
-        memory = request.memory
-        with memory.record() as changes:
-            memory.replay(request.changes)
+        with request.memory.record() as changes:
+            request.apply(request.memory)
         return changes
 
 
@@ -603,6 +589,7 @@ class AsyncSessions(_SessionsBase[M]):
     """
 
     _async_memories = True
+    _log: AsyncLogStore
 
     def __init__(
         self,
@@ -613,10 +600,8 @@ class AsyncSessions(_SessionsBase[M]):
         max_retries: int = 10,
         cache_size: int = 128,
     ) -> None:
-        log = _async_log(store)
-        super().__init__(factory, ttl, max_retries, cache_size)
+        super().__init__(_async_log(store), factory, ttl, max_retries, cache_size)
         self._store = store
-        self._log = log
 
     @property
     def store(self) -> Union[AsyncLogStore, LogStore]:
@@ -626,29 +611,26 @@ class AsyncSessions(_SessionsBase[M]):
     @asynccontextmanager
     async def open(self, session_id: str) -> AsyncIterator[M]:
         """The async twin of :meth:`Sessions.open`."""
-        async with self._block(session_id, redo=True) as memory:
+        async with self._block(session_id) as memory:
             yield memory
 
     async def update(self, session_id: str, fn: Callable[[M], Union[_T, Awaitable[_T]]]) -> _T:
         """The async twin of :meth:`Sessions.update`; ``fn`` may be a coroutine function."""
-        _check_session_id(session_id)
-        if not callable(fn):
-            raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
-        retries = 0
-        while True:
-            try:
-                async with self._block(session_id, redo=False) as memory:
-                    result = fn(memory)
-                    if inspect.isawaitable(result):
-                        result = await result
-                return cast(_T, result)
-            except _Lost as lost:
-                retries = self._count_retry(session_id, retries, lost.__cause__)
-                await asyncio.sleep(_backoff(retries))
+        v.check_session_id(session_id)
+        v.check_callable("fn", fn)
+        results: list[_T] = []
+
+        async def attempt(memory: M) -> None:
+            result = fn(memory)
+            results.append(await resolved(result))
+
+        async with self._block(session_id, rerun=attempt) as memory:
+            await attempt(memory)
+        return results[-1]
 
     @asynccontextmanager
-    async def _block(self, session_id: str, redo: bool) -> AsyncIterator[M]:
-        _check_session_id(session_id)
+    async def _block(self, session_id: str, rerun: _Rerun = None) -> AsyncIterator[M]:
+        v.check_session_id(session_id)
         memory, loaded = await self._run(self._checkout(session_id))
         hook = memory.on_evict
         # Left off a memory whose block fails (it is dropped): a background fold still running
@@ -659,25 +641,23 @@ class AsyncSessions(_SessionsBase[M]):
             await _settle(memory)
         cancelled: Optional[BaseException] = None
         try:
-            committed = await self._run(self._commit(session_id, memory, loaded, changes, redo))
+            committed = await self._run(self._commit(session_id, memory, loaded, changes, rerun))
         except _CommittedThenCancelled as late:
             committed, cancelled = late.committed, late.cancel
         memory.on_evict = hook
         if hook is not None:
             for messages in _evicted(committed):
-                outcome = hook(list(messages))
-                if inspect.isawaitable(outcome):
-                    await outcome
+                await resolved(hook(list(messages)))
         if cancelled is not None:
             raise cancelled
 
     async def get(self, session_id: str) -> Optional[M]:
         """A snapshot of the stored session (``None`` if there is none); changes to it are not saved."""
-        return await self._run(self._snapshot(_check_session_id(session_id)))
+        return await self._run(self._snapshot(v.check_session_id(session_id)))
 
     async def delete(self, session_id: str) -> bool:
         """Remove the session; ``True`` if there was a live one."""
-        self._live.discard(_check_session_id(session_id))
+        self._live.discard(v.check_session_id(session_id))
         return await self._log.adelete(session_id)
 
     async def ids(self, prefix: str = "") -> list[str]:
@@ -720,9 +700,7 @@ class AsyncSessions(_SessionsBase[M]):
             return await asyncio.sleep(request.seconds)
         memory = request.memory
         with memory.record() as changes:
-            replayed = memory.replay(request.changes)
-            if inspect.isawaitable(replayed):
-                await replayed
+            await resolved(request.apply(memory))
             await _settle(memory)
         return changes
 

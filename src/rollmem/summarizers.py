@@ -12,16 +12,15 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import string
 from collections.abc import Awaitable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Callable, Optional, Union
 
 from . import _validate as v
-from ._flow import arun, run
+from ._flow import arun, resolved, run
 from ._types import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from .counters import words
 from .message import SYSTEM, USER, Message
@@ -78,15 +77,17 @@ _WORD = re.compile(r"\S+")
 # Bounding a text to a token budget
 
 
-def _longest_prefix(text: str, ends: Sequence[int], limit: int, counter: TokenCounter) -> Optional[str]:
-    """The longest ``text[:end]`` (right-stripped, non-empty) that fits, by binary search on ``ends``."""
+def _last_fitting(
+    bounds: Sequence[int], piece: Callable[[int], str], limit: int, counter: TokenCounter
+) -> Optional[str]:
+    """The last non-empty ``piece(bound)`` that fits, by binary search (pieces grow along ``bounds``)."""
     best: Optional[str] = None
-    low, high = 0, len(ends)
+    low, high = 0, len(bounds)
     while low < high:
         middle = (low + high) // 2
-        piece = text[: ends[middle]].rstrip()
-        if piece and counter(piece) <= limit:
-            best, low = piece, middle + 1
+        candidate = piece(bounds[middle])
+        if candidate and counter(candidate) <= limit:
+            best, low = candidate, middle + 1
         else:
             high = middle
     return best
@@ -103,7 +104,7 @@ def _bound(text: str, limit: int, counter: TokenCounter) -> str:
         [match.end() for match in _WORD.finditer(text)],
         range(1, len(text)),
     ):
-        piece = _longest_prefix(text, ends, limit, counter)
+        piece = _last_fitting(ends, lambda end: text[:end].rstrip(), limit, counter)
         if piece is not None:
             return piece
     return ""
@@ -116,15 +117,7 @@ def _newest_suffix(text: str, limit: int, counter: TokenCounter) -> str:
     if counter(text) <= limit:
         return text
     starts = [match.end() for match in _SENTENCE_END.finditer(text) if match.end() < len(text)]
-    low, high = 0, len(starts)
-    best: Optional[str] = None
-    while low < high:
-        middle = (low + high) // 2
-        piece = text[starts[middle] :].strip()
-        if counter(piece) <= limit:
-            best, high = piece, middle
-        else:
-            low = middle + 1
+    best = _last_fitting(starts[::-1], lambda start: text[start:].strip(), limit, counter)
     if best is not None:
         return best
     return _bound(text[starts[-1] :] if starts else text, limit, counter)
@@ -190,9 +183,7 @@ def _render(messages: Sequence[Message]) -> str:
 
 
 def _completion(value: object) -> str:
-    if inspect.iscoroutine(value):
-        value.close()  # a coroutine from a sync call: close it so it does not warn "never awaited"
-    if not isinstance(value, str):
+    if v.unawaited(value) or not isinstance(value, str):
         raise TypeError(f"complete() must return str, got {type(value).__name__}")
     return value.strip()
 
@@ -209,9 +200,7 @@ class _Prompting:
 
     def flow(self, summary: str, messages: Sequence[Message]) -> Generator[str, object, str]:
         """Yields each prompt, receives its completion, returns the new summary."""
-        result = _completion((yield self.template.format(summary=summary, conversation=_render(messages))))
-        if not result:
-            raise ValueError("complete() returned an empty summary")
+        result = _new_summary((yield self.template.format(summary=summary, conversation=_render(messages))))
         if self.limit is None:
             return result
         length = self.counter(result)
@@ -484,9 +473,7 @@ def _reporter(on_error: Optional[Callable[[Exception], object]]) -> Callable[[Ex
 
 
 def _summary(value: object) -> str:
-    if inspect.iscoroutine(value):
-        value.close()
-    if not isinstance(value, str):
+    if v.unawaited(value) or not isinstance(value, str):
         raise TypeError(f"the primary summarizer returned {type(value).__name__}, expected str")
     return value
 
@@ -519,10 +506,6 @@ def with_fallback(
     return summarize
 
 
-async def _result(value: Any) -> Any:
-    return (await value) if inspect.isawaitable(value) else value
-
-
 def async_with_fallback(
     primary: Union[SummarizeFn, AsyncSummarizeFn],
     fallback: Union[SummarizeFn, AsyncSummarizeFn],
@@ -540,10 +523,10 @@ def async_with_fallback(
 
     async def summarize(summary: str, messages: Sequence[Message]) -> str:
         try:
-            return _summary(await _result(primary(summary, messages)))
+            return _summary(await resolved(primary(summary, messages)))
         except Exception as error:
             report(error)
-        result: str = await _result(fallback(summary, messages))
+        result: str = await resolved(fallback(summary, messages))
         return result
 
     return summarize

@@ -24,9 +24,7 @@ pytest collects, and define ``make_store(self)``, returning a new, empty store f
         def make_store(self) -> MemoryStore:
             return MemoryStore()
 
-Each scenario is written once, as a generator flow that yields call and pause steps and
-receives their results (or has their exception thrown in), run by :func:`rollmem._flow.run`
-with blocking calls or :func:`~rollmem._flow.arun` with awaited ones. Server backends get
+Each scenario is written once and runs with blocking calls or awaited ones. Server backends get
 :func:`service_url` (skip, or fail under ``ROLLMEM_REQUIRE_SERVICES=1``); :func:`create`,
 :func:`append`, :func:`entry` and :func:`texts` build and read log writes in your own tests.
 """
@@ -44,10 +42,10 @@ import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Generator, Iterator  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from typing import Any, Callable, ClassVar, NamedTuple, Optional, TypeVar, Union  # noqa: E402
 
 import pytest  # noqa: E402
@@ -114,6 +112,8 @@ class _Call(NamedTuple):
 
 
 class _Pause(NamedTuple):
+    """A step sleeping ``seconds`` (``time.sleep`` or ``asyncio.sleep``)."""
+
     seconds: float
 
 
@@ -124,11 +124,6 @@ Scenario = Generator[Step, Any, None]
 def _call(method: str, *args: Any) -> _Call:
     """A step calling ``store.method(*args)`` (or ``await store.amethod(*args)``)."""
     return _Call(method, args)
-
-
-def _pause(seconds: float) -> _Pause:
-    """A step sleeping ``seconds`` (``time.sleep`` or ``asyncio.sleep``)."""
-    return _Pause(seconds)
 
 
 def _perform(store: Any, step: Step) -> Any:
@@ -413,7 +408,7 @@ class _LogContract:
         renewed = (yield _call("load", "renewed")).head
         yield _call("write", "renewed", append(renewed, "r2", ttl=60))
         yield _call("write", "forever", create("f"))
-        yield _pause(self.ttl * 2)
+        yield _Pause(self.ttl * 2)
         assert (yield _call("load", "short")) is None
         assert (yield _call("ids")) == ["forever", "renewed"]
         with pytest.raises(ConflictError):
@@ -431,7 +426,7 @@ class _LogContract:
         yield _call("write", "b", create("x", ttl=self.ttl))
         yield _call("write", "c", create("x"))
         assert (yield _call("purge_expired")) == 0
-        yield _pause(self.ttl * 2)
+        yield _Pause(self.ttl * 2)
         assert (yield _call("purge_expired")) == (0 if self.expires_natively else 2)
         assert (yield _call("ids")) == ["c"]
 
@@ -485,25 +480,39 @@ class _LogContract:
         assert (yield _call("ids")) == []
 
 
-def _random_operations(rng: random.Random) -> list[tuple[Any, ...]]:
-    """Up to 25 creates, appends, folds, rewrites (right or stale expectations), deletes and
-    loads on four session keys, drawn from ``rng``."""
-    operations: list[tuple[Any, ...]] = []
-    for _ in range(rng.randint(0, 25)):
-        kind, key = rng.choice(["create", "append", "fold", "rewrite", "delete", "load"]), rng.choice("ab")
-        key = rng.choice([key, f"{key}/b", "ab"])
-        if kind == "create":
-            operations.append((kind, key, rng.randint(0, 3)))
-        elif kind == "append":
-            operations.append((kind, key, rng.randint(0, 3), rng.random() < 0.5))
-        elif kind == "fold":
-            stale = rng.choice([0, 0, 1])
-            operations.append((kind, key, rng.randint(0, 2), rng.randint(0, 4), stale, rng.random() < 0.5))
-        elif kind == "rewrite":
-            operations.append((kind, key, rng.randint(0, 2), rng.choice([0, 0, 1])))
-        else:
-            operations.append((kind, key))
-    return operations
+def _random_write(rng: random.Random, kind: str, number: int, current: Any) -> LogWrite:
+    """A write of ``kind`` (create, append, fold or rewrite; right or stale expectations) drawn
+    from ``rng`` for the session ``current`` holds in the model (``None``: none)."""
+    head = current[0] if current is not None else Head("gone", 1, "", 0, "c")
+    new = tuple(
+        entry(f"m{number}-{i}") for i in range(rng.randint(0, 2 if kind in ("fold", "rewrite") else 3))
+    )
+    if kind == "create":
+        return LogWrite("", new, summary="", counter="c", create=True)
+    if kind == "append":
+        return LogWrite(head.incarnation, new, counter=head.counter if rng.random() < 0.5 else "other")
+    if kind == "fold":
+        cut, stale, keep_first = rng.randint(0, 4), rng.choice([0, 0, 1]), rng.random() < 0.5
+        live = [] if current is None else [e.seq for e in current[1]]
+        cut_seq = live[min(cut, len(live) - 1)] if live else 0
+        return LogWrite(
+            head.incarnation,
+            new[:1],
+            expected_revision=head.revision + stale,
+            summary=f"s{number}",
+            cut=cut_seq,
+            keep=tuple(live[:1]) if keep_first else (),
+            counter="c",
+        )
+    return LogWrite(
+        head.incarnation,
+        new,
+        expected_revision=head.revision,
+        expected_tail=head.tail + rng.choice([0, 0, 1]),
+        summary=f"r{number}",
+        replace=True,
+        counter=None if number % 2 else "c",
+    )
 
 
 def _parsed(entries: Any) -> list[tuple[int, int, Any]]:
@@ -559,61 +568,30 @@ class LogStoreContract(_LogContract):
 
     @_seeded
     def test_random_writes_match_the_reference_semantics(self, store: Any, seed: int) -> None:
-        """Any sequence of creates, appends, folds and rewrites (right or stale expectations),
-        deletes and loads agrees with ``apply_write`` on a dict (25 fixed seeds)."""
-        operations = _random_operations(random.Random(seed))
+        """Up to 25 creates, appends, folds and rewrites (right or stale expectations), deletes and
+        loads on four session keys agree with ``apply_write`` on a dict (25 fixed seeds)."""
+        rng = random.Random(seed)
         namespace = f"{uuid.uuid4().hex}/"
         model: dict[str, tuple[Head, list[LogEntry]]] = {}
-        for number, (operation, key, *rest) in enumerate(operations, 1):
-            session_id = namespace + key
+        for number in range(1, rng.randint(0, 25) + 1):
+            kind, key = (
+                rng.choice(["create", "append", "fold", "rewrite", "delete", "load"]),
+                rng.choice("ab"),
+            )
+            session_id = namespace + rng.choice([key, f"{key}/b", "ab"])
             current = model.get(session_id)
-            head = current[0] if current is not None else Head("gone", 1, "", 0, "c")
-            new = tuple(entry(f"m{number}-{i}") for i in range(rest[0] if rest else 0))
-            if operation == "create":
-                _model_write(
-                    model, store, session_id, LogWrite("", new, summary="", counter="c", create=True)
-                )
-            elif operation == "append":
-                counter = head.counter if rest[1] else "other"
-                _model_write(model, store, session_id, LogWrite(head.incarnation, new, counter=counter))
-            elif operation == "fold":
-                _, cut, stale, keep_first = rest
-                live = [] if current is None else [e.seq for e in current[1]]
-                cut_seq = live[min(cut, len(live) - 1)] if live else 0
-                keep = tuple(live[:1]) if keep_first else ()
-                change = LogWrite(
-                    head.incarnation,
-                    new[:1],
-                    expected_revision=head.revision + stale,
-                    summary=f"s{number}",
-                    cut=cut_seq,
-                    keep=keep,
-                    counter="c",
-                )
-                _model_write(model, store, session_id, change)
-            elif operation == "rewrite":
-                change = LogWrite(
-                    head.incarnation,
-                    new,
-                    expected_revision=head.revision,
-                    expected_tail=head.tail + rest[1],
-                    summary=f"r{number}",
-                    replace=True,
-                    counter=None if number % 2 else "c",
-                )
-                _model_write(model, store, session_id, change)
-            elif operation == "delete":
+            if kind == "delete":
                 assert store.delete(session_id) is (model.pop(session_id, None) is not None)
-            else:
+            elif kind == "load":
                 stored = store.load(session_id)
-                if current is None:
-                    assert stored is None
-                else:
-                    assert stored is not None
+                assert (stored is None) is (current is None)
+                if stored is not None and current is not None:
                     assert stored.head == current[0]
                     assert _parsed(stored.entries) == _parsed(current[1]), (
                         "equal JSON (a store may reformat it)"
                     )
+            else:
+                _model_write(model, store, session_id, _random_write(rng, kind, number, current))
         assert store.ids(namespace) == sorted(model)
 
     def test_threads_appending_and_folding_lose_and_duplicate_nothing(self, store: Any) -> None:
@@ -622,45 +600,31 @@ class LogStoreContract(_LogContract):
         head = store.write("s", create())
         appenders, folders, count = 4, 2, 25
         folded: list[list[str]] = []
-        retries: list[int] = []
-        errors: list[BaseException] = []
 
         def appender(index: int) -> None:
-            try:
-                for number in range(count):
-                    store.write("s", append(head, f"w{index}-{number}"))
-            except BaseException as exc:
-                errors.append(exc)
+            for number in range(count):
+                store.write("s", append(head, f"w{index}-{number}"))
 
         def folder() -> None:
-            try:
-                lost = 0
-                for _ in range(count // 5):
-                    while True:
-                        stored = store.load("s")
-                        cut = stored.entries[len(stored.entries) // 2].seq if stored.entries else 0
-                        gone = [e for e in stored.entries if e.seq < cut]
-                        fold = LogWrite(
-                            head.incarnation, expected_revision=stored.head.revision, cut=cut, counter="c"
-                        )
-                        try:
-                            store.write("s", fold)
-                        except ConflictError:
-                            lost += 1
-                            continue
-                        folded.append([json.loads(e.message)["content"] for e in gone])
-                        break
-                retries.append(lost)
-            except BaseException as exc:
-                errors.append(exc)
+            for _ in range(count // 5):
+                while True:
+                    stored = store.load("s")
+                    cut = stored.entries[len(stored.entries) // 2].seq if stored.entries else 0
+                    fold = LogWrite(
+                        head.incarnation, expected_revision=stored.head.revision, cut=cut, counter="c"
+                    )
+                    try:
+                        store.write("s", fold)
+                    except ConflictError:
+                        continue
+                    folded.append([json.loads(e.message)["content"] for e in stored.entries if e.seq < cut])
+                    break
 
-        workers = [threading.Thread(target=appender, args=(i,)) for i in range(appenders)]
-        workers += [threading.Thread(target=folder) for _ in range(folders)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        assert errors == []
+        with ThreadPoolExecutor(appenders + folders) as pool:
+            work = [pool.submit(appender, i) for i in range(appenders)]
+            work += [pool.submit(folder) for _ in range(folders)]
+        for done in work:
+            done.result()  # raises what the thread raised
         seen = [text for batch in folded for text in batch] + texts(store.load("s"))
         assert sorted(seen) == sorted(f"w{i}-{n}" for i in range(appenders) for n in range(count))
 

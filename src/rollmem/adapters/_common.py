@@ -28,7 +28,7 @@ NAME = "name"
 IS_ERROR = "is_error"
 
 
-def _reject_scalar(value: object, path: str, expected: str) -> None:
+def reject_scalar(value: object, path: str, expected: str) -> None:
     if isinstance(value, (str, bytes, Mapping, Message)) or not isinstance(value, Iterable):
         raise StateTypeError(path, f"expected {expected}, got {v.type_name(value)}")
 
@@ -37,7 +37,7 @@ def check_messages(messages: Iterable[Message], fmt: Optional[str] = None) -> li
     """``messages`` as a list of :class:`Message`, errors naming ``messages[i]``. With ``fmt``,
     also rejects what no provider format carries: tool calls off an assistant message, a
     ``tool_call_id`` off a tool message."""
-    _reject_scalar(messages, "messages", "an iterable of Message")
+    reject_scalar(messages, "messages", "an iterable of Message")
     result = list(messages)
     for index, message in enumerate(result):
         path = v.join("messages", index)
@@ -62,7 +62,7 @@ def check_fields(role: str, has_calls: bool, has_call_id: bool, path: str, fmt: 
 
 def check_mappings(items: Iterable[Mapping[str, Any]], path: str) -> list[Mapping[str, Any]]:
     """``items`` as a list of mappings, errors naming ``path[i]``."""
-    _reject_scalar(items, path, "an iterable of mappings")
+    reject_scalar(items, path, "an iterable of mappings")
     return [v.expect_mapping(item, v.join(path, index)) for index, item in enumerate(items)]
 
 
@@ -168,9 +168,13 @@ def pair_tool_results(messages: list[Message], *, skip_system: bool = False) -> 
     return pair_in_turns(messages, skip_system=skip_system, turns=False)
 
 
-def pair_in_turns(messages: list[Message], *, skip_system: bool, turns: bool) -> list[Message]:
+def pair_in_turns(
+    messages: list[Message], *, skip_system: bool, turns: bool, by_id: bool = False
+) -> list[Message]:
     """:func:`pair_tool_results`; with ``turns`` (Anthropic, where consecutive messages of one
-    role are one turn), the calls of consecutive assistant messages are answered together."""
+    role are one turn), the calls of consecutive assistant messages are answered together; with
+    ``by_id`` (the OpenAI Responses API's looser rule), a result pairs with any earlier call of
+    its id not answered yet, whatever items come between."""
     paired: set[int] = set()  # indexes of the tool messages that stay results
     answered: set[tuple[int, str]] = set()  # (index of the assistant message, call id)
     open_calls: dict[str, int] = {}  # call id -> index of its assistant message, in the current run
@@ -185,31 +189,12 @@ def pair_in_turns(messages: list[Message], *, skip_system: bool, turns: bool) ->
             continue
         if skip_system and message.role == SYSTEM:
             continue
-        if not (turns and message.role == previous == ASSISTANT):
+        if not (by_id or (turns and message.role == previous == ASSISTANT)):
             open_calls = {}
         for call in message.tool_calls if message.role == ASSISTANT else ():
             open_calls.setdefault(call.id, index)
         previous = message.role
     return _repair(messages, paired, answered, skip_system)
-
-
-def pair_tool_results_by_id(messages: list[Message]) -> list[Message]:
-    """:func:`pair_tool_results` with the OpenAI Responses API's looser rule: a result stays a
-    result when a call with its id, not answered yet, comes anywhere before it (items between
-    do not matter); a call stays a call when such a result follows."""
-    paired: set[int] = set()
-    answered: set[tuple[int, str]] = set()
-    waiting: dict[str, int] = {}  # call id -> index of the assistant message with the open call
-    for index, message in enumerate(messages):
-        if message.role == TOOL and message.tool_call_id is not None:
-            caller = waiting.pop(message.tool_call_id, None)
-            if caller is not None:
-                paired.add(index)
-                answered.add((caller, message.tool_call_id))
-        elif message.role == ASSISTANT:
-            for call in message.tool_calls:
-                waiting.setdefault(call.id, index)
-    return _repair(messages, paired, answered, False)
 
 
 def _repair(

@@ -50,7 +50,8 @@ from ._common import (
     dump_arguments,
     for_provider,
     name_of,
-    pair_tool_results_by_id,
+    pair_in_turns,
+    reject_scalar,
     text_of_parts,
     user_first,
     within,
@@ -185,7 +186,7 @@ def from_openai_responses(items: Iterable[Any]) -> list[Message]:
     Raises ``ValueError`` (``TypeError`` too for a wrong type) naming the bad field, e.g.
     ``items[3].call_id: expected str, got int``.
     """
-    _reject_iterable(items)
+    reject_scalar(items, "items", "an iterable of items")
     messages: list[Message] = []
     reasoning: list[tuple[dict[str, Any], str]] = []
     for index, raw in enumerate(items):
@@ -221,7 +222,7 @@ def to_openai_responses(messages: Iterable[Message]) -> list[dict[str, Any]]:
     checked = _checked_for_responses(messages)
     originals = {id(message) for message in checked}
     result: list[dict[str, Any]] = []
-    for message in user_first(pair_tool_results_by_id(checked)):
+    for message in user_first(pair_in_turns(checked, skip_system=False, turns=False, by_id=True)):
         result.extend(_items(message) if id(message) in originals else _fields_items(message))
     return result
 
@@ -269,11 +270,6 @@ def _fields_items(message: Message) -> list[dict[str, Any]]:
         for call in message.tool_calls
     )
     return items
-
-
-def _reject_iterable(items: object) -> None:
-    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
-        raise StateTypeError("items", f"expected an iterable of items, got {v.type_name(items)}")
 
 
 def _item_dict(raw: object, path: str) -> dict[str, Any]:

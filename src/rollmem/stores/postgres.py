@@ -1,10 +1,7 @@
 """Sessions in PostgreSQL: :class:`PostgresStore` (extra ``postgres``: psycopg 3 and psycopg_pool).
 
-A log store: ``<table>_heads`` (a row per session) and ``<table>_log`` (a row per message),
-created on first use with ``<table>_meta`` (the layout version). Every operation is written
-once, as a generator flow of SQL steps (``(statement, parameters)``, answered by ``(rowcount,
-rows)``); the blocking and the async methods run it with :func:`rollmem._flow.run` /
-:func:`~rollmem._flow.arun` on their kind of connection, in one transaction for a write.
+Every operation is a flow of SQL steps (``(statement, parameters)``, answered by ``(rowcount,
+rows)``), run on a blocking or an asyncio connection, in one transaction for a write.
 """
 
 from __future__ import annotations
@@ -18,17 +15,16 @@ import uuid
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
 from .._flow import arun, run
-from .._threads import in_thread
 from .._validate import redact_url
 from ..errors import ConflictError, StoreUnavailableError
 from . import rules
-from ._loop import LoopBound
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
+from ._server import FlowStore, LoopBound
 
 if TYPE_CHECKING:
     from psycopg.sql import Composed
@@ -56,6 +52,7 @@ _LOAD = (
     f"WHERE h.session_id = %s AND {_HEAD_LIVE} ORDER BY 8 NULLS FIRST"
 )
 _ID = "coalesce(full_id, session_id)"  # a session's id, whatever its key
+_READS = ("load", "listing")  # the actions that run without a transaction
 
 
 def _import_driver() -> ModuleType:
@@ -100,40 +97,23 @@ def _derived(name: str, suffix: str) -> str:
     return name + suffix
 
 
-class _Sql(NamedTuple):
+class _Sql:
     """The statements of one store, with its table names quoted as identifiers."""
 
-    create: tuple[Composed, ...]
-    version: Composed
-    set_version: Composed
-    load: Composed
-    lock_head: Composed
-    insert_head: Composed
-    update_head: Composed
-    clear_entries: Composed
-    cut_entries: Composed
-    insert_entries: Composed
-    delete_head: Composed
-    ids: Composed
-    purge_entries: Composed
-    purge: Composed
+    def __init__(self, psycopg: ModuleType, parts: list[str]) -> None:
+        sql = psycopg.sql
+        schema, name = parts[:-1], parts[-1]
+        names = {
+            "heads": sql.Identifier(*schema, _derived(name, "_heads")),
+            "log": sql.Identifier(*schema, _derived(name, "_log")),
+            "meta": sql.Identifier(*schema, _derived(name, "_meta")),
+            "index": sql.Identifier(_derived(name, "_heads_expires_at")),
+        }
 
+        def q(text: str) -> Composed:
+            return sql.SQL(text).format(**names)  # type: ignore[no-any-return, unused-ignore]
 
-def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
-    sql = psycopg.sql
-    schema, name = parts[:-1], parts[-1]
-    names = {
-        "heads": sql.Identifier(*schema, _derived(name, "_heads")),
-        "log": sql.Identifier(*schema, _derived(name, "_log")),
-        "meta": sql.Identifier(*schema, _derived(name, "_meta")),
-        "index": sql.Identifier(_derived(name, "_heads_expires_at")),
-    }
-
-    def q(text: str) -> Composed:
-        return sql.SQL(text).format(**names)  # type: ignore[no-any-return, unused-ignore]
-
-    return _Sql(
-        create=(
+        self.create = (
             # Serializes concurrent first uses: CREATE ... IF NOT EXISTS alone can still collide.
             q("SELECT pg_advisory_xact_lock(hashtext('rollmem:' || %s))"),
             q("CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value bigint NOT NULL)"),
@@ -148,49 +128,48 @@ def _statements(psycopg: ModuleType, parts: list[str]) -> _Sql:
                 "message text NOT NULL, cost bigint NOT NULL, PRIMARY KEY (session_id, seq))"
             ),
             q("CREATE INDEX IF NOT EXISTS {index} ON {heads} (expires_at) WHERE expires_at IS NOT NULL"),
-        ),
-        version=q("SELECT value FROM {meta} WHERE key = 'schema_version'"),
-        set_version=q(
+        )
+        self.version = q("SELECT value FROM {meta} WHERE key = 'schema_version'")
+        self.set_version = q(
             "INSERT INTO {meta} (key, value) VALUES ('schema_version', %s) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-        ),
+        )
         # One statement (one snapshot): the live head's row, then its entries from `first` (the
         # caller's tail when its incarnation and revision still hold, else 0), one row each
         # without the head's columns (a long summary is sent once, not once per message).
         # Columns: the head (5), message, cost, seq, delta.
-        load=q(_LOAD),
-        lock_head=q(
+        self.load = q(_LOAD)
+        self.lock_head = q(
             f"SELECT incarnation, revision, summary, tail, counter, {_LIVE} FROM {{heads}} "
             "WHERE session_id = %s FOR UPDATE"
-        ),
-        insert_head=q(
+        )
+        self.insert_head = q(
             "INSERT INTO {heads} (session_id, full_id, incarnation, revision, summary, tail, counter, "
             f"expires_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, {_EXPIRES}, now()) "
             "ON CONFLICT (session_id) DO NOTHING"
-        ),
-        update_head=q(
+        )
+        self.update_head = q(
             "UPDATE {heads} SET incarnation = %s, revision = %s, summary = %s, tail = %s, counter = %s, "
             f"expires_at = {_EXPIRES}, updated_at = now() WHERE session_id = %s"
-        ),
-        clear_entries=q("DELETE FROM {log} WHERE session_id = %s"),
-        cut_entries=q(
+        )
+        self.clear_entries = q("DELETE FROM {log} WHERE session_id = %s")
+        self.cut_entries = q(
             "DELETE FROM {log} WHERE session_id = %s AND seq < %s AND NOT (seq = ANY(%s::bigint[]))"
-        ),
-        insert_entries=q(
+        )
+        self.insert_entries = q(
             "INSERT INTO {log} (session_id, seq, message, cost) "
             "SELECT %s, seq, message, cost FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) "
             "AS e(seq, message, cost)"
-        ),
-        delete_head=q(f"DELETE FROM {{heads}} WHERE session_id = %s RETURNING {_LIVE}"),
-        ids=q(f"SELECT {_ID} FROM {{heads}} WHERE {_ID} LIKE %s ESCAPE '\\' AND {_LIVE}"),
-        purge_entries=q(
+        )
+        self.delete_head = q(f"DELETE FROM {{heads}} WHERE session_id = %s RETURNING {_LIVE}")
+        self.ids = q(f"SELECT {_ID} FROM {{heads}} WHERE {_ID} LIKE %s ESCAPE '\\' AND {_LIVE}")
+        self.purge_entries = q(
             "DELETE FROM {log} WHERE session_id IN (SELECT session_id FROM {heads} WHERE expires_at <= now())"
-        ),
-        purge=q("DELETE FROM {heads} WHERE expires_at <= now()"),
-    )
+        )
+        self.purge = q("DELETE FROM {heads} WHERE expires_at <= now()")
 
 
-class PostgresStore(rules.Closing):
+class PostgresStore(FlowStore):
     """A log store (:class:`~rollmem.stores.LogStore` and :class:`~rollmem.stores.AsyncLogStore`)
     in PostgreSQL, shared by every process that reaches the server.
 
@@ -237,7 +216,7 @@ class PostgresStore(rules.Closing):
         parts = _check_table(table)
         v.check_positive_number("timeout", timeout)
         self._table = table
-        self._sql = _statements(psycopg, parts)
+        self._sql = _Sql(psycopg, parts)
         self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._ready = False
@@ -439,9 +418,9 @@ class PostgresStore(rules.Closing):
         count, _ = yield self._sql.purge, ()
         return count
 
-    # -- running a flow: each step one statement on the call's connection ---------------------
+    # -- running a flow: one statement per step on the call's connection, a write in a transaction
 
-    def _run(self, action: str, session_id: Optional[str], flow: Flow[T], *, write: bool = False) -> T:
+    def _run(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
         from psycopg.rows import tuple_row
 
         pool = self._sync_pool()
@@ -456,10 +435,10 @@ class PostgresStore(rules.Closing):
                 with conn.transaction():
                     run(self._create_flow(), perform)
                 self._ready = True
-            with conn.transaction() if write else ExitStack():  # a read: no transaction
+            with ExitStack() if action in _READS else conn.transaction():
                 return run(flow, perform)
 
-    async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T], *, write: bool = False) -> T:
+    async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
         from psycopg.rows import tuple_row
 
         pool = await self._async_pool()
@@ -475,85 +454,12 @@ class PostgresStore(rules.Closing):
                     async with conn.transaction():
                         await arun(self._create_flow(), perform)
                     self._ready = True
-                async with conn.transaction() if write else AsyncExitStack():
+                async with AsyncExitStack() if action in _READS else conn.transaction():
                     return await arun(flow, perform)
 
-    # -- blocking methods ------------------------------------------------------------------------
-
-    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """The live session, or ``None`` when it is absent or expired; with ``since``, only the
-        entries appended after it when its incarnation and revision still hold. One query."""
-        rules.check_load(session_id, since)
-        return self._run("load", session_id, self._load_flow(session_id, since))
-
-    def write(self, session_id: str, change: LogWrite) -> Head:
-        """Apply ``change`` in one transaction and return the new head; else raise
-        ``ConflictError`` and write nothing."""
-        rules.check_write(session_id, change)
-        return self._run("write", session_id, self._write_flow(session_id, change), write=True)
-
-    def delete(self, session_id: str) -> bool:
-        """Remove the session; ``True`` if a live one was there."""
-        rules.check_session_id(session_id)
-        return self._run("delete", session_id, self._delete_flow(session_id), write=True)
-
-    def ids(self, prefix: str = "") -> list[str]:
-        """The ids of the live sessions that start with ``prefix``, sorted."""
-        rules.check_prefix(prefix)
-        return self._run("listing", None, self._ids_flow(prefix))
-
-    def purge_expired(self) -> int:
-        """Delete the expired sessions and return how many went."""
-        return self._run("purge", None, self._purge_flow(), write=True)
-
-    def _take(self) -> tuple[Optional[ConnectionPool[Any]], Optional[LoopBound[AsyncConnectionPool[Any]]]]:
-        """Mark the store closed and take the pools it opened (not a pool it was given)."""
+    def _take(self) -> tuple[Optional[Callable[[], None]], Optional[LoopBound[AsyncConnectionPool[Any]]]]:
         with self._lock:
             self._closed = True
             pool, bound = self._pool, self._apool
             self._pool = self._apool = self._given_apool = None
-        return (None if self._conninfo is None else pool), bound
-
-    def close(self) -> None:
-        """Close the pools this store opened, the async one too (on its loop, see the class
-        docstring), not a pool it was given; every later call raises ``StoreUnavailableError``
-        (``... is closed``)."""
-        pool, bound = self._take()
-        if pool is not None:
-            pool.close()
-        if bound is not None:
-            bound.close()
-
-    # -- async methods ---------------------------------------------------------------------------
-
-    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """Async twin of :meth:`load`."""
-        rules.check_load(session_id, since)
-        return await self._arun("load", session_id, self._load_flow(session_id, since))
-
-    async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        """Async twin of :meth:`write`."""
-        rules.check_write(session_id, change)
-        return await self._arun("write", session_id, self._write_flow(session_id, change), write=True)
-
-    async def adelete(self, session_id: str) -> bool:
-        """Async twin of :meth:`delete`."""
-        rules.check_session_id(session_id)
-        return await self._arun("delete", session_id, self._delete_flow(session_id), write=True)
-
-    async def aids(self, prefix: str = "") -> list[str]:
-        """Async twin of :meth:`ids`."""
-        rules.check_prefix(prefix)
-        return await self._arun("listing", None, self._ids_flow(prefix))
-
-    async def apurge_expired(self) -> int:
-        """Async twin of :meth:`purge_expired`."""
-        return await self._arun("purge", None, self._purge_flow(), write=True)
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close` (a blocking pool is closed in a worker thread)."""
-        pool, bound = self._take()
-        if bound is not None:
-            await bound.aclose()
-        if pool is not None:
-            await in_thread(pool.close)
+        return (None if self._conninfo is None or pool is None else pool.close), bound

@@ -1,12 +1,9 @@
 """Sessions in Redis or Redis Cluster: :class:`RedisStore` (extra ``redis``, redis-py 5 or later).
 
 The module holds three ideas, in this order: the layout (the Lua scripts, the keys, the
-arguments a script takes and how its replies read: pure functions); the clients
-(:class:`_Clients`: made from a URL or given, the guards around each call, closing); and the
-store, whose every operation is a generator flow (``_load_flow``, ``_write_flow``, ...) that
-yields the Redis calls it needs as small command objects (``_Script``, ``_ReadAll``,
-``_Delete``, ``_Scan``), run by :func:`rollmem._flow.run` / :func:`~rollmem._flow.arun` with the
-clients' blocking or asyncio ``perform``.
+arguments a script takes and how its replies read: pure functions); the clients (made from a
+URL or given, the guards around each call, closing); and the store, whose every operation is a
+flow yielding the Redis calls it needs, performed by the clients.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from itertools import repeat
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from .. import _validate as v
 from .._extras import import_extra
@@ -30,8 +27,8 @@ from .._flow import arun, run
 from .._validate import redact_url
 from ..errors import ConflictError, InvalidStateError, StoreUnavailableError
 from . import rules
-from ._loop import LoopBound
 from ._protocol import Head, LogEntry, LogWrite, StoredLog
+from ._server import FlowStore, LoopBound
 
 if TYPE_CHECKING:
     import redis
@@ -127,8 +124,9 @@ return {'n'}
 # Returns {'ok', incarnation, revision, summary, tail, has counter, counter},
 # {'c', <same head fields>} (a conflict), {'c'} (no live session) or {'v', layout} (a head of
 # another layout version).
-# A write resent by the client (its reply was lost) finds its token among the last _WRITERS
-# writers' tokens kept in the head, and succeeds again without being applied twice.
+# A create starts from an empty head (revision 0, tail 0) and goes on as any other write. A write
+# resent by the client (its reply was lost) finds its token among the last _WRITERS writers'
+# tokens kept in the head, and succeeds again without being applied twice.
 # Removing "below cut, except keep" is the rule of rules.apply_write, here in Lua.
 _WRITERS = 8
 _WRITE_SCRIPT = _named(
@@ -157,50 +155,39 @@ local h = redis.call('HMGET', KEYS[1], 'incarnation', 'revision', 'tail', 'count
 if h[6] and h[6] ~= LAYOUT then
   return {'v', h[6]}
 end
+local append = append_only == '1'
+local writers, revision, tail = '', 0, 0
 if not h[1] then
   if create ~= '1' then
     return {'c'}
   end
   redis.call('DEL', KEYS[2])
-  local tail = 0
-  for i = FIRST_ENTRY, #ARGV, 2 do
-    redis.call('RPUSH', KEYS[2], tail .. '\t' .. ARGV[i] .. '\t' .. ARGV[i + 1])
-    tail = tail + 1
-  end
-  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'revision', 1, 'summary', summary,
-    'tail', tail, 'writers', token, 'layout', LAYOUT)
-  if has_counter == '1' then
-    redis.call('HSET', KEYS[1], 'counter', counter)
-  end
-  expire()
-  return head_reply('ok')
-end
-local writers = h[5] or ''
-if string.find(' ' .. writers .. ' ', ' ' .. token .. ' ', 1, true) then
-  return head_reply('ok')
-end
-if create == '1' or h[1] ~= incarnation then
-  return head_reply('c')
-end
-local revision = number(h[2], 'revision')
-if type(revision) == 'table' then return revision end
-local tail = number(h[3], 'tail')
-if type(tail) == 'table' then return tail end
-if expected_revision ~= '' and revision ~= tonumber(expected_revision) then
-  return head_reply('c')
-end
-if expected_tail ~= '' and tail ~= tonumber(expected_tail) then
-  return head_reply('c')
-end
-local append = append_only == '1'
-if append and ((has_counter == '1') ~= (h[4] ~= false) or (h[4] and h[4] ~= counter)) then
-  return head_reply('c')
-end
-if replace == '1' then
-  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'incarnation', incarnation, 'summary', summary)
 else
-  local below = tonumber(cut)
-  if below > 0 then
+  writers = h[5] or ''
+  if string.find(' ' .. writers .. ' ', ' ' .. token .. ' ', 1, true) then
+    return head_reply('ok')
+  end
+  if create == '1' or h[1] ~= incarnation then
+    return head_reply('c')
+  end
+  revision = number(h[2], 'revision')
+  if type(revision) == 'table' then return revision end
+  tail = number(h[3], 'tail')
+  if type(tail) == 'table' then return tail end
+  if expected_revision ~= '' and revision ~= tonumber(expected_revision) then
+    return head_reply('c')
+  end
+  if expected_tail ~= '' and tail ~= tonumber(expected_tail) then
+    return head_reply('c')
+  end
+  if append and ((has_counter == '1') ~= (h[4] ~= false) or (h[4] and h[4] ~= counter)) then
+    return head_reply('c')
+  end
+  if replace == '1' then
+    redis.call('DEL', KEYS[2])
+  elseif cut ~= '0' then
+    local below = tonumber(cut)
     local keep = {}
     for seq in string.gmatch(keep_seqs, '%d+') do
       keep[seq] = true
@@ -539,7 +526,7 @@ class _Clients:
     """The clients one :class:`RedisStore` talks through: made from its URL on first use (or
     given), the guards around every call (an operation slot in a cluster, driver errors as
     ``StoreUnavailableError``), how a command is performed on each side, and closing. The
-    asyncio client it makes is bound to the loop that made it (:class:`._loop.LoopBound`)."""
+    asyncio client it makes is bound to the loop that made it (:class:`._server.LoopBound`)."""
 
     def __init__(
         self,
@@ -746,43 +733,29 @@ class _Clients:
 
     # -- closing -----------------------------------------------------------------------------------
 
-    def _take(self) -> tuple[Optional[SyncClient], Optional[LoopBound[_AsyncSide]]]:
-        """Mark the clients closed and take those made from the URL (not those given)."""
+    def take(self) -> tuple[Optional[Callable[[], None]], Optional[LoopBound[_AsyncSide]]]:
+        """Mark the clients closed and take those made from the URL (not those given): how to
+        close the blocking one, and the asyncio one."""
         with self._lock:
             self.closed = True
             made, bound = self._sync, self._async
             self._sync = self._async = None
         if self.url is None:
             return None, None
-        return (None if made is None else made[0]), (bound if isinstance(bound, LoopBound) else None)
+        close = None if made is None else functools.partial(_close_sync, made[0])
+        return close, (bound if isinstance(bound, LoopBound) else None)
 
-    @staticmethod
-    def _close_sync(client: Optional[SyncClient]) -> None:
-        if client is not None:
-            if isinstance(client, _import_redis().cluster.RedisCluster):
-                client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
-            client.close()
 
-    def close(self) -> None:
-        """Close both clients made from the URL (the asyncio one on its loop, see
-        :meth:`LoopBound.close`); the clients refuse every later call."""
-        client, bound = self._take()
-        self._close_sync(client)
-        if bound is not None:
-            bound.close()
-
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
-        client, bound = self._take()
-        if bound is not None:
-            await bound.aclose()
-        self._close_sync(client)
+def _close_sync(client: SyncClient) -> None:
+    if isinstance(client, _import_redis().cluster.RedisCluster):
+        client.disconnect_connection_pools()  # RedisCluster.close() leaves its nodes' sockets open
+    client.close()
 
 
 # -- the store ---------------------------------------------------------------------------------------
 
 
-class RedisStore(rules.Closing):
+class RedisStore(FlowStore):
     """A session store in Redis or Redis Cluster, shared by every process that reaches it.
 
     ``url_or_client`` is a ``redis://`` (``rediss://``, ``unix://``) URL, a ``redis.Redis`` or
@@ -860,20 +833,17 @@ class RedisStore(rules.Closing):
 
     def _keys(self, session_id: str) -> list[str]:
         """The head hash and the log list, in one hash slot."""
-        rules.check_session_id(session_id)
         return [self._tagged(session_id, "head"), self._tagged(session_id, "log")]
 
     # -- each operation once, yielding its Redis calls -------------------------------------------
 
     def _load_flow(self, session_id: str, since: Optional[Head]) -> Flow[Optional[StoredLog]]:
-        rules.check_load(session_id, since)
         keys = self._keys(session_id)
         if since is None and not self._clients.cluster:
             return _snapshot(self, session_id, (yield _ReadAll(keys)))
         return _loaded(self, session_id, (yield _Script(0, keys, _load_args(since))))
 
     def _write_flow(self, session_id: str, change: LogWrite) -> Flow[Head]:
-        rules.check_write(session_id, change)
         reply = yield _Script(1, self._keys(session_id), _write_args(change, uuid.uuid4().hex))
         return _written(self, session_id, change, reply)
 
@@ -881,7 +851,6 @@ class RedisStore(rules.Closing):
         return bool((yield _Delete(self._keys(session_id))))
 
     def _ids_flow(self, prefix: str) -> Flow[list[str]]:
-        rules.check_prefix(prefix)
         keys = yield _Scan(_glob_literal(f"{self._prefix}{{{_encode_id(prefix)}") + "*")
         ids = [_decode_id(m.group(1)) for m in map(_HEAD.match, keys, repeat(len(self._prefix))) if m]
         return sorted(session_id for session_id in ids if session_id.startswith(prefix))
@@ -892,60 +861,14 @@ class RedisStore(rules.Closing):
     async def _arun(self, action: str, session_id: Optional[str], flow: Flow[T]) -> T:
         return await arun(flow, functools.partial(self._clients.aperform, action, session_id))
 
-    # -- the LogStore protocol ---------------------------------------------------------------------
-
-    def load(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """The live session, or ``None`` when it is absent or expired: one round trip (a script,
-        or off a cluster a MULTI/EXEC for a whole load). With ``since`` (same incarnation and
-        revision as the live head) only the entries appended after it."""
-        return self._run("load", session_id, self._load_flow(session_id, since))
-
-    def write(self, session_id: str, change: LogWrite) -> Head:
-        """Apply ``change`` in one atomic script and return the new head; else raise
-        ``ConflictError`` and write nothing."""
-        return self._run("write", session_id, self._write_flow(session_id, change))
-
-    def delete(self, session_id: str) -> bool:
-        """Remove the session (every key of it); ``True`` if a live one was there."""
-        return self._run("delete", session_id, self._delete_flow(session_id))
-
-    def ids(self, prefix: str = "") -> list[str]:
-        """The ids of the live sessions that start with ``prefix``, sorted (in a cluster: of
-        every primary)."""
-        return self._run("listing", None, self._ids_flow(prefix))
-
     def purge_expired(self) -> int:
         """Return 0: Redis removes expired sessions by itself."""
         self._clients.check_open()
         return 0
 
-    def close(self) -> None:
-        """Close the clients this store made from its URL, the asyncio one too (not a client it
-        was given); every later call raises ``StoreUnavailableError`` (``... is closed``)."""
-        self._clients.close()
-
-    # -- the AsyncLogStore protocol --------------------------------------------------------------
-
-    async def aload(self, session_id: str, since: Optional[Head] = None) -> Optional[StoredLog]:
-        """Async twin of :meth:`load`."""
-        return await self._arun("load", session_id, self._load_flow(session_id, since))
-
-    async def awrite(self, session_id: str, change: LogWrite) -> Head:
-        """Async twin of :meth:`write`."""
-        return await self._arun("write", session_id, self._write_flow(session_id, change))
-
-    async def adelete(self, session_id: str) -> bool:
-        """Async twin of :meth:`delete`."""
-        return await self._arun("delete", session_id, self._delete_flow(session_id))
-
-    async def aids(self, prefix: str = "") -> list[str]:
-        """Async twin of :meth:`ids`."""
-        return await self._arun("listing", None, self._ids_flow(prefix))
-
     async def apurge_expired(self) -> int:
         """Async twin of :meth:`purge_expired`."""
         return self.purge_expired()
 
-    async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
-        await self._clients.aclose()
+    def _take(self) -> tuple[Optional[Callable[[], None]], Optional[LoopBound[_AsyncSide]]]:
+        return self._clients.take()

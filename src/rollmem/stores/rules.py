@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Callable, Optional, TypeVar, cast
 
 from .. import _validate as v
-from .._threads import in_thread
+from .._flow import in_thread
 from ..errors import ConflictError, StoreUnavailableError
 from ._protocol import Head, LogEntry, LogStore, LogWrite, StoredLog
 
@@ -42,10 +42,6 @@ Redis in each session's head). A store refuses a layout version it cannot read
 (:func:`check_layout`); a future layout moves sessions over once, reading this one."""
 
 
-def _check_text(value: object, name: str, *, allow_empty: bool) -> str:
-    return v.check_storable(name, value, allow_empty=allow_empty)
-
-
 def check_session_id(session_id: object) -> str:
     """Return ``session_id`` if it is a valid session id: a non-empty ``str`` without NUL
     characters or lone surrogates, of any length; else ``TypeError`` / ``ValueError`` naming
@@ -56,7 +52,7 @@ def check_session_id(session_id: object) -> str:
 def check_prefix(prefix: object) -> str:
     """Return ``prefix`` if it is a ``str`` (possibly empty) a session id could start with; else
     ``TypeError`` / ``ValueError`` naming ``prefix``."""
-    return _check_text(prefix, "prefix", allow_empty=True)
+    return v.check_storable("prefix", prefix)
 
 
 def is_expired(expires_at: Optional[float], now: float) -> bool:
@@ -178,11 +174,11 @@ def check_write(session_id: object, change: object) -> LogWrite:
     check_session_id(session_id)
     if not isinstance(change, LogWrite):
         raise v.type_error("change", "a LogWrite", change)
-    _check_text(change.incarnation, "change.incarnation", allow_empty=True)
+    v.check_storable("change.incarnation", change.incarnation)
     for index, entry in enumerate(change.entries):
         if not isinstance(entry, LogEntry):
             raise v.type_error(f"change.entries[{index}]", "a LogEntry", entry)
-        _check_text(entry.message, f"change.entries[{index}].message", allow_empty=False)
+        v.check_storable(f"change.entries[{index}].message", entry.message, allow_empty=False)
         if v.check_int(f"change.entries[{index}].cost", entry.cost, -1) >= 2**63:  # a signed 64-bit column
             raise v.value_error(f"change.entries[{index}].cost", "< 2**63", entry.cost)
     for name in ("expected_revision", "expected_tail"):
@@ -190,9 +186,9 @@ def check_write(session_id: object, change: object) -> LogWrite:
         if value is not None:
             v.check_int(f"change.{name}", value, 0)
     if change.summary is not None:
-        _check_text(change.summary, "change.summary", allow_empty=True)
+        v.check_storable("change.summary", change.summary)
     if change.counter is not None:
-        _check_text(change.counter, "change.counter", allow_empty=False)
+        v.check_storable("change.counter", change.counter, allow_empty=False)
     v.check_int("change.cut", change.cut, 0)
     for index, seq in enumerate(change.keep):
         v.check_int(f"change.keep[{index}]", seq, 0)
