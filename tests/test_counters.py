@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from _optional import need
 from rollmem import RollingMemory, memory
-from rollmem.counters import DEFAULT_ENCODING, chars, tiktoken_counter, words
+from rollmem.counters import DEFAULT_ENCODING, chars, tiktoken_counter, trusted_costs, words
 from rollmem.errors import MissingExtraError
 
 # --- words -------------------------------------------------------------------------------------
@@ -220,3 +220,26 @@ def test_a_memory_counts_with_chars() -> None:
     assert memory.stats().buffer_tokens == 3
     memory.add_user_message("a")  # 4 > 3: the oldest is dropped (no summarizer)
     assert [m.content for m in memory.buffer] == ["abcd", "a"]
+
+
+# --- trusted_costs: the one rule for reusing stored costs ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("identity", "stored", "costs", "expected"),
+    [
+        ("words", "words", [3, 0, 5], [3, 0, 5]),
+        ("words", "words", [], []),
+        ("words", "chars/4.0", [3], None),  # measured by another counter
+        (None, None, [3], None),  # an unnamed counter matches nothing, not even itself
+        ("words", None, [3], None),
+        ("words", "words", [3, -1], None),  # -1: a cost that was not known
+    ],
+)
+def test_trusted_costs_only_for_the_same_named_counter_and_known_costs(
+    identity: Any, stored: Any, costs: list[int], expected: Any
+) -> None:
+    result = trusted_costs(identity, stored, costs)
+    assert result == expected
+    if result is not None:
+        assert result is not costs  # a copy: the caller's list is never shared

@@ -5,19 +5,21 @@ from whatever thread or task adds the message, so every counter here is pure and
 
 - :func:`words`: whitespace-separated words, the memory's default rule (the very same function);
 - :func:`chars`: the common "characters / 4" estimate, rounded up;
-- :func:`tiktoken_counter`: exact counts with OpenAI's ``tiktoken`` (``pip install "rollmem[tiktoken]"``).
+- :func:`tiktoken_counter`: exact counts with OpenAI's ``tiktoken`` (``pip install "rollmem[tiktoken]"``);
+- :func:`counter_identity` and :func:`trusted_costs`: when stored token costs may be reused.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from . import _validate as v
 from ._extras import import_extra
 from ._types import TokenCounter
 
-__all__ = ["DEFAULT_ENCODING", "chars", "counter_identity", "tiktoken_counter", "words"]
+__all__ = ["DEFAULT_ENCODING", "chars", "counter_identity", "tiktoken_counter", "trusted_costs", "words"]
 
 DEFAULT_ENCODING = "o200k_base"
 """The tiktoken encoding used when neither ``encoding`` nor ``model`` is given (GPT-4o and later)."""
@@ -35,6 +37,18 @@ def counter_identity(counter: object) -> Optional[str]:
     own counter with ``my_counter.rollmem_identity = "my-tokenizer-v2"``."""
     identity = getattr(counter, "rollmem_identity", None)
     return identity if isinstance(identity, str) and identity else None
+
+
+def trusted_costs(
+    identity: Optional[str], stored_identity: Optional[str], costs: Sequence[int]
+) -> Optional[list[int]]:
+    """The stored token ``costs`` when a counter of ``identity`` may reuse them instead of counting
+    again: they were measured by a counter of the same identity (``None`` matches nothing) and
+    every cost is known (a negative one is not); else ``None``. The one rule :mod:`rollmem.sessions`
+    and the integrations follow."""
+    if identity is None or stored_identity != identity or any(cost < 0 for cost in costs):
+        return None
+    return list(costs)
 
 
 setattr(words, "rollmem_identity", "words")  # noqa: B010 - a function attribute

@@ -38,7 +38,7 @@ from . import _validate as v
 from ._flow import arun, resolved, run
 from ._write_plan import Loaded, Plan, PlannedMemory, plan_write, read_summary, rebase_fold
 from .changes import Appended, Change, Dropped, Folded
-from .counters import counter_identity
+from .counters import counter_identity, trusted_costs
 from .errors import ConflictError, InvalidStateError
 from .message import STATE_VERSION, Message, _messages_from_json
 from .stores import AsyncLogStore, Head, LogEntry, LogStore, LogWrite, StoredLog
@@ -132,11 +132,7 @@ def _messages(session_id: str, entries: Sequence[LogEntry], first: int) -> list[
 
 def _trusted_costs(memory: _SessionMemory, head: Head, entries: Sequence[LogEntry]) -> Optional[list[int]]:
     """The stored costs when the memory's counter has the identity they were measured with."""
-    identity = counter_identity(memory.token_counter)
-    if identity is None or head.counter != identity:
-        return None
-    costs = [entry.cost for entry in entries]
-    return costs if not costs or min(costs) >= 0 else None  # -1: unknown
+    return trusted_costs(counter_identity(memory.token_counter), head.counter, [e.cost for e in entries])
 
 
 def _restore(memory: _SessionMemory, stored: Optional[StoredLog], session_id: str) -> Loaded:

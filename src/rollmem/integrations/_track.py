@@ -1,7 +1,6 @@
-"""The live track of one conversation (private to :mod:`rollmem.integrations`): each native
-(a framework's message object) has one unit in the memory's buffer, converted and counted once;
-a replaced native is compared, its unit replaced when it changed; what folds is converted afresh
-from the natives the framework holds now; calls without their results are pinned until answered."""
+"""One conversation's live track (private to :mod:`rollmem.integrations`): each native (a framework's
+message object) has one unit in the buffer, converted and counted once; a replaced native is compared,
+its unit replaced if changed; what folds is converted afresh; calls without results stay pinned."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from dataclasses import replace
 from typing import Any, ClassVar, Generic, TypeVar
 
 from .._flow import Flow, arun, run
+from ..counters import trusted_costs
 from ..message import ASSISTANT, Message
 from ._engine import Configured, new_memory
 from ._state import Keys, State
@@ -194,7 +194,7 @@ class Track(Generic[N]):
         the pinned natives before it). With ``trusted`` positions, the natives with stored costs
         measured by this counter go into the memory uncounted; returns the positions to :meth:`add`."""
         positions = [*pinned, *range(start, len(history))]
-        costs = state.costs if trusted and state.counter == self.owner._identity else []
+        costs = (trusted and trusted_costs(self.owner._identity, state.counter, state.costs)) or []
         known = len(costs) if len(costs) <= len(positions) and len(pinned) == len(state.pinned) else 0
         natives = [history[i] for i in positions[:known]]
         units = self._pin_pending(self.spec.units(natives, self))
