@@ -145,8 +145,6 @@ FENCE = re.compile(
 #: final docs pass wraps them to CODE_COLUMNS and empties this list; a new page is never added.
 WIDE_PENDING = [
     "docs/pages/cost.md",
-    "docs/pages/integrations/*.md",
-    "docs/pages/memory-classes.md",
 ]
 
 

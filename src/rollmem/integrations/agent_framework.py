@@ -3,7 +3,9 @@
 :class:`RollingCompaction` imports it (else ``MissingExtraError``). One object goes in two places::
 
     rolling = RollingCompaction(max_tokens=2000, summarize_fn=summarize)
-    agent = Agent(client, tools=[...], compaction_strategy=rolling, context_providers=[rolling])
+    agent = Agent(
+        client, tools=[...], compaction_strategy=rolling, context_providers=[rolling]
+    )
 """
 
 from __future__ import annotations
@@ -175,8 +177,7 @@ class RollingCompaction(Configured):
         return str(self.state(session).get("summary", ""))
 
     async def __call__(self, messages: list[Any]) -> bool:
-        """Fold what the budget says and rebuild ``messages`` in place; returns whether the
-        request changed."""
+        """Fold what the budget says, rebuild ``messages`` in place; returns whether the request changed."""
         if not isinstance(messages, list):
             raise TypeError(f"messages: expected a list of Message, got {v.type_name(messages)}")
         binding = self._bound.get()

@@ -3,8 +3,7 @@
 Needs the ``openai-agents`` extra (building a session checks it: :class:`~rollmem.errors.MissingExtraError`).
 :class:`RollingSession` implements the SDK's ``Session`` protocol structurally. Its memory's messages
 are the items converted by :func:`~rollmem.adapters.openai.from_openai_responses` (which keeps each
-original item): units and budget are the core's, and the items come back unchanged.
-"""
+original item): units and budget are the core's, and the items come back unchanged."""
 
 from __future__ import annotations
 
