@@ -101,3 +101,58 @@ def test_bad_settings_raise_when_built(
         build(**settings)
     with pytest.raises(error, match=f"^{re.escape(message)}"):  # even where an explicit target is set
         build(target_tokens=100, **settings)
+
+
+# -- through the frameworks: the clock each integration is given decides when it folds -----------
+
+PROFILE = CacheProfile(min_tokens=1024, ttl=300.0, read=0.1, write=1.25)
+COLD = {"max_tokens": 2000, "provider": PROFILE, "prefix_tokens": 1200}  # floor 750, cold over 1,600
+
+
+def text(role: str, n: int) -> str:
+    return hundred(role, n).content
+
+
+@pytest.mark.extra("openai-agents")
+async def test_a_session_folds_early_on_a_cold_cache(recorder: Any) -> None:
+    from rollmem.integrations.openai_agents import RollingSession
+
+    clock = Clock()
+    session = RollingSession("s", summarize_fn=recorder, clock=clock, **COLD)
+    for n in range(9):  # 1,800 tokens, the cache warm: no fold
+        clock.now += 30
+        await session.add_items([{"role": "user", "content": text("user", n)}])
+        await session.add_items([{"role": "assistant", "content": text("assistant", n)}])
+    assert recorder.calls == []
+    clock.now += 301  # the cache went cold: the next request is a full write anyway
+    await session.add_items([{"role": "user", "content": text("user", 9)}])
+    assert len(recorder.calls) == 1
+    memory = await session.get_memory()
+    assert memory.stats().buffer_tokens == 900
+    assert memory.buffer[0].content == text("user", 5)
+
+
+@pytest.mark.extra("strands")
+def test_a_conversation_manager_folds_early_on_a_cold_cache(recorder: Any) -> None:
+    from strands import Agent
+    from tests.integrations.test_strands import ScriptedModel
+
+    from rollmem.integrations.strands import RollingConversationManager
+
+    clock = Clock()
+    manager = RollingConversationManager(summarize_fn=recorder, clock=clock, **COLD)
+    agent = Agent(model=ScriptedModel(), callback_handler=None, conversation_manager=manager)
+
+    def say(role: str, n: int) -> None:
+        agent.messages.append({"role": role, "content": [{"text": text(role, n)}]})
+        manager.apply_management(agent)  # what its hook does before each model call
+
+    for n in range(9):
+        clock.now += 30
+        say("user", n)
+        say("assistant", n)
+    assert recorder.calls == []
+    clock.now += 301
+    say("user", 9)
+    assert len(recorder.calls) == 1
+    assert manager.memory.stats().buffer_tokens == 900
