@@ -274,6 +274,7 @@ def test_restarts_with_a_file_session_manager(tmp_path: Path) -> None:
             )
             assert manager.summary == managers[run - 1].summary
             assert manager.removed_message_count == managers[run - 1].removed_message_count
+            assert type(manager.memory.policy) is CacheAwareBudget  # the state holds no setting
         calls_before = counter.calls
         restored = len(manager.memory.buffer) + len(agent.messages) - (1 if run else 0)
         new = record_added(agent)
