@@ -342,4 +342,4 @@ def rolling_history(
     evicted)`` (sync or async) receives rollmem messages (none: evicted ones are dropped); ``token_counter``
     counts a text (default: words); ``store`` keeps each conversation's state (default: an in-process
     :class:`~rollmem.stores.MemoryStore`)."""
-    return RollingHistory(**locals())
+    return RollingHistory(**locals())  # every argument above, by name
