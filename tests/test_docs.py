@@ -141,11 +141,6 @@ FENCE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
     re.MULTILINE | re.DOTALL,
 )
-#: Pages whose examples other branches are rewriting now (globs, from the repository's root). The
-#: final docs pass wraps them to CODE_COLUMNS and empties this list; a new page is never added.
-WIDE_PENDING = [
-    "docs/pages/cost.md",
-]
 
 
 def _wide_lines(path: Path) -> list[str]:
@@ -165,16 +160,11 @@ def _wide_lines(path: Path) -> list[str]:
 
 def test_examples_fit_88_columns() -> None:
     """No example scrolls sideways: every code line of a fenced block of the README and of the
-    pages fits in 88 columns (but on the pages of ``WIDE_PENDING``)."""
-    import fnmatch
-
-    assert _wide_lines(PAGES / "cost.md"), "the check finds nothing: FENCE no longer matches"
-    checked = [
-        path
-        for path in _documents()
-        if not any(fnmatch.fnmatch(path.relative_to(ROOT).as_posix(), glob) for glob in WIDE_PENDING)
-    ]
-    assert PAGES / "controls.md" in checked
+    pages fits in 88 columns."""
+    sample = "```python\n" + "x" * (CODE_COLUMNS + 1) + "\n```\n"
+    assert [m["body"] for m in FENCE.finditer(sample)] == ["x" * (CODE_COLUMNS + 1) + "\n"], "FENCE"
+    checked = _documents()
+    assert PAGES / "cost.md" in checked
     wide = [line for path in checked for line in _wide_lines(path)]
     assert not wide, f"wrap these code lines to {CODE_COLUMNS} columns: {wide}"
 

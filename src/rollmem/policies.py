@@ -295,7 +295,9 @@ class CacheAwareBudget(TokenBudget):
     - **cold cache**: when the ``clock`` moved more than ``provider.ttl`` seconds since the
       previous add, the next request is a full cache write anyway and the fold costs only the
       summarizer call: a buffer over 4/5 of ``max_tokens`` folds now, down to the floor plus
-      1/8 of the budget (when that evicts at least 1/8 of the budget);
+      1/8 of the budget (when that evicts at least 1/8 of the budget). The decision holds
+      until a fold brings the buffer within that limit: a background fold, or one retried
+      after a failed summarizer, still acts on it;
     - **no caching** (``provider.caches`` false, or a minimum the budget cannot reach): only
       the warm rule.
 
@@ -360,12 +362,14 @@ class CacheAwareBudget(TokenBudget):
         now = self.clock()
         last, self._last = self._last, now
         _, limit, _ = self._depths()
-        cold = bool(limit) and last is not None and now - last > self.provider.ttl
-        self._cold = cold and buffer.total > limit  # what plan() acts on, at this add only
+        cold = self._cold or (last is not None and now - last > self.provider.ttl)
+        # held until a fold brings the buffer within the cold limit (a later add, a background
+        # fold or a fold retried after a failed summarizer acts on it), or nothing can go
+        self._cold = bool(limit) and cold and buffer.total > limit
         return self._cold or buffer.total > self._max
 
     def plan(self, buffer: BufferView) -> Optional[Plan]:
-        cold, self._cold = self._cold, False
+        cold = self._cold
         limit, goal = self._max, self.target_tokens
         if cold:
             _, cold_limit, goal = self._depths()
@@ -378,7 +382,9 @@ class CacheAwareBudget(TokenBudget):
                 break
         costs = buffer.costs()
         keep = sum(costs[turn:]) + sum(cost for m, cost in zip(items[:turn], costs) if m.pinned)
-        return buffer.plan_budget(limit, min(max(goal, keep), self._max))
+        plan = buffer.plan_budget(limit, min(max(goal, keep), self._max))
+        self._cold = self._cold and plan is not None  # nothing can go: the cold decision is spent
+        return plan
 
     def limits(self) -> tuple[Optional[int], Optional[int]]:
         return self._max, self.target_tokens

@@ -38,11 +38,12 @@ settings, the same with the main model's output, cache hits, summarizer calls, m
 and the verbatim tokens of the first request after each fold (mean, 10th percentile, minimum).
 
 **Goal** (issue 27), at 500 and 2,000 turns, every budget, profile and clock: the recommended
-configuration bills at most 0.9x the cheapest summarizing peer at the docs' settings and at most
-1.0x ``SummarizationMiddleware`` tuned to its depth, with at least 0.9x that peer's mean context,
-at least half its mean verbatim tokens after a fold (never without the last user turn), and at
-least half its smallest context after the first fold; where the provider cannot cache the
-requests (no caching, or the whole request under its minimum), at most 1.0x at 0.9x the context.
+configuration, and every integration at its defaults, bills at most 0.9x the cheapest summarizing
+peer at the docs' settings and at most 1.0x ``SummarizationMiddleware`` tuned to its depth, with at
+least 0.9x that peer's mean context, at least half its mean verbatim tokens after a fold (never
+without the last user turn), and at least half its smallest context after the first fold; where the
+provider cannot cache the requests (no caching, or the whole request under its minimum), at most
+1.0x at 0.9x the context.
 """
 
 from __future__ import annotations
@@ -195,13 +196,19 @@ class Recommended(Rollmem):
     def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         Driver.__init__(self, budget, count, summarizer)
         self.memory = RollingMemory.cached(
-            budget,
-            _summarize_fn(self, True),
-            count,
-            provider=core_profile(profile),
-            clock=lambda: self.now,
-            prefix_tokens=count(SYSTEM_PROMPT),
+            budget, _summarize_fn(self, True), count, **told_cache(self, profile)
         )
+
+
+def told_cache(driver: Driver, profile: Profile, prefix: bool = True) -> dict[str, Any]:
+    """What a row at the recommended settings is told: the profile's cache rules, the
+    conversation's clock (the second of the call being driven) and the system prompt's size
+    (``prefix``; not where the prompt is in the conversation the memory counts)."""
+    return {
+        "provider": core_profile(profile),
+        "clock": lambda: driver.now,
+        "prefix_tokens": driver.count(SYSTEM_PROMPT) if prefix else 0,
+    }
 
 
 def core_profile(profile: Profile) -> CacheProfile:
@@ -317,13 +324,15 @@ class LangChainSummarization(_LangGraphState):
 
 
 class RollmemMiddleware(_LangGraphState):
-    """rollmem's ``RollingMemoryMiddleware`` at its defaults (only the budget, summarizer, counter)."""
+    """rollmem's ``RollingMemoryMiddleware`` at its defaults (the budget, summarizer, counter, and
+    the cache settings the recommended configuration is told)."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, shared: bool = True) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         from rollmem.integrations.langchain import RollingMemoryMiddleware
 
         super().__init__(budget, count, summarizer)
-        self.middleware = RollingMemoryMiddleware(budget, _summarize_fn(self, shared), count)
+        cache = told_cache(self, profile)
+        self.middleware = RollingMemoryMiddleware(budget, _summarize_fn(self, True), count, **cache)
         self.model = _summary_chat_model(summarizer)
 
     def request(self, now: float) -> list[Block]:
@@ -453,9 +462,10 @@ class _Integration(Driver):
     as rollmem messages (converted the way the integration converts them), system prompt excluded.
     Each block is ``(role, token_text)``, so requests are billed and sized as the other rows'."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         super().__init__(budget, count, summarizer)
         self.summarize = _summarize_fn(self, True)
+        self.cache = told_cache(self, profile)  # as the recommended configuration is told
         self.names: dict[str, str] = {}  # tool call id -> tool name (results need it)
         self.tools: list[Message] = []  # tool results not pushed yet
         self.loop = asyncio.new_event_loop()
@@ -500,12 +510,12 @@ class AgentsSession(_Integration):
     """The Agents SDK ``RollingSession`` at its defaults: each item is added as the SDK saves it
     (``add_items`` after each step), and a model call sends ``get_items()`` (Responses items)."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         from rollmem.integrations.openai_agents import RollingSession
 
-        super().__init__(budget, count, summarizer)
+        super().__init__(budget, count, summarizer, profile)
         self.session = RollingSession(
-            "bench", max_tokens=budget, summarize_fn=self.summarize, token_counter=count
+            "bench", max_tokens=budget, summarize_fn=self.summarize, token_counter=count, **self.cache
         )
 
     def push(self, messages: list[Message]) -> None:
@@ -548,15 +558,19 @@ class PydanticAIHistory(_Integration):
     ``in_history`` its ``system_prompt``: a ``SystemPromptPart`` opening the first request, which
     the processor pins and counts against ``max_tokens``."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, in_history: bool = False) -> None:
+    def __init__(
+        self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile, in_history: bool = False
+    ) -> None:
         import pydantic_ai.messages as pai
 
         from rollmem.integrations.pydantic_ai import rolling_history
 
-        super().__init__(budget, count, summarizer)
+        super().__init__(budget, count, summarizer, profile)
         self.pai = pai
         self.in_history = in_history
-        self.processor = rolling_history(budget, self.summarize, count)
+        if in_history:  # the system prompt is in the history the processor counts, not before it
+            self.cache["prefix_tokens"] = 0
+        self.processor = rolling_history(budget, self.summarize, count, **self.cache)
         self.history: list[Any] = []
 
     def push(self, messages: list[Message]) -> None:
@@ -597,7 +611,7 @@ class AdkPlugin(_Integration):
     (the system prompt as the agent's instruction); the request is the rewritten contents after
     the system instruction (the summary it appends is a block of its own after the prompt)."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         from google.adk.agents import LlmAgent
         from google.adk.agents.invocation_context import InvocationContext
         from google.adk.sessions import InMemorySessionService, Session
@@ -605,9 +619,9 @@ class AdkPlugin(_Integration):
 
         from rollmem.integrations.google_adk import RollingMemoryPlugin
 
-        super().__init__(budget, count, summarizer)
+        super().__init__(budget, count, summarizer, profile)
         self.types = types
-        self.plugin = RollingMemoryPlugin(budget, self.summarize, count)
+        self.plugin = RollingMemoryPlugin(budget, self.summarize, count, **self.cache)
         agent = LlmAgent(name="bench", model="gemini-2.5-flash")  # never called
         session = Session(id="bench", app_name="bench", user_id="bench")
         self.context = InvocationContext(
@@ -673,14 +687,14 @@ class MafCompaction(_Integration):
     a fresh list of the whole history's ``Message`` objects (what a history provider loading
     everything hands over); the request is the messages not marked excluded."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         import agent_framework as af
 
         from rollmem.integrations.agent_framework import RollingCompaction
 
-        super().__init__(budget, count, summarizer)
+        super().__init__(budget, count, summarizer, profile)
         self.af = af
-        self.strategy = RollingCompaction(budget, self.summarize, count)
+        self.strategy = RollingCompaction(budget, self.summarize, count, **self.cache)
         self.history: list[Any] = []
 
     def push(self, messages: list[Message]) -> None:
@@ -720,13 +734,13 @@ class StrandsManager(_Integration):
     never called): ``apply_management(agent)`` before each model call (what its
     ``BeforeModelCallEvent`` hook does); the request is ``agent.messages`` after it."""
 
-    def __init__(self, budget: int, count: Counter, summarizer: Summarizer) -> None:
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
         from strands import Agent
 
         from rollmem.integrations.strands import RollingConversationManager
 
-        super().__init__(budget, count, summarizer)
-        self.manager = RollingConversationManager(budget, self.summarize, count)
+        super().__init__(budget, count, summarizer, profile)
+        self.manager = RollingConversationManager(budget, self.summarize, count, **self.cache)
         self.agent = Agent(
             model=unused_strands_model(),
             system_prompt=SYSTEM_PROMPT,
@@ -790,31 +804,31 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
     ),
     "middleware": (
         "rollmem RollingMemoryMiddleware, defaults + cached_summarizer",
-        lambda b, c, s, p: RollmemMiddleware(b, c, s),
+        lambda b, c, s, p: RollmemMiddleware(b, c, s, p),
     ),
     "agents_session": (
         "rollmem RollingSession (Agents SDK), defaults + cached_summarizer",
-        lambda b, c, s, p: AgentsSession(b, c, s),
+        lambda b, c, s, p: AgentsSession(b, c, s, p),
     ),
     "pydantic_ai": (
         "rollmem rolling_history (pydantic-ai), defaults + cached_summarizer",
-        lambda b, c, s, p: PydanticAIHistory(b, c, s),
+        lambda b, c, s, p: PydanticAIHistory(b, c, s, p),
     ),
     "pydantic_ai_system": (
         "rollmem rolling_history (pydantic-ai, system_prompt in the history), defaults + cached_summarizer",
-        lambda b, c, s, p: PydanticAIHistory(b, c, s, in_history=True),
+        lambda b, c, s, p: PydanticAIHistory(b, c, s, p, in_history=True),
     ),
     "google_adk": (
         "rollmem RollingMemoryPlugin (Google ADK), defaults + cached_summarizer",
-        lambda b, c, s, p: AdkPlugin(b, c, s),
+        lambda b, c, s, p: AdkPlugin(b, c, s, p),
     ),
     "agent_framework": (
         "rollmem RollingCompaction (Agent Framework), defaults + cached_summarizer",
-        lambda b, c, s, p: MafCompaction(b, c, s),
+        lambda b, c, s, p: MafCompaction(b, c, s, p),
     ),
     "strands": (
         "rollmem RollingConversationManager (Strands), defaults + cached_summarizer",
-        lambda b, c, s, p: StrandsManager(b, c, s),
+        lambda b, c, s, p: StrandsManager(b, c, s, p),
     ),
     "defaults": ("rollmem RollingMemory() defaults", lambda b, c, s, p: Rollmem(b, c, s, None)),
     **{
@@ -843,11 +857,13 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
 }
 DOCS_PEERS = ("lc_summarization", "llamaindex", "lc_classic")  # summarizing peers at the docs' settings
 PEERS = (*DOCS_PEERS, "lc_tuned", "keep_last", "keep_last_hyst", "none")
-PER_PROFILE = ("recommended", "lc_tuned", "keep_last_hyst")  # their requests depend on the profile
 INTEGRATIONS = ("middleware", "agents_session", "pydantic_ai", "google_adk", "agent_framework", "strands")
-GOAL_ROWS = ("recommended",)
-"""The rows held to the goal. Phase 2 of issue 27 (every integration's defaults switch to the
-recommended policy) adds ``INTEGRATIONS`` here."""
+TOLD = ("recommended", *INTEGRATIONS, "pydantic_ai_system")  # told the profile as the recommended row
+PER_PROFILE = (*TOLD, "lc_tuned", "keep_last_hyst")  # their requests depend on the profile
+GOAL_ROWS = ("recommended", *INTEGRATIONS)
+"""The rows held to the goal: the recommended configuration and every integration at its defaults
+(told the profile, the clock and the system prompt's size as the recommended row is; phase 2 of
+issue 27)."""
 FULL_MEMORIES = ("recommended", "cached_target", *INTEGRATIONS, "defaults", *PEERS)
 QUICK_MEMORIES = ("recommended", "cached_target", "middleware", *DOCS_PEERS, "lc_tuned", "keep_last_hyst")
 FRAMEWORKS = {  # integration row -> (module it needs, rollmem extra)
@@ -1033,7 +1049,7 @@ def told(key: str, budget: int, profile: Profile) -> object:
     """What a row told a profile does with it: profiles with the same answer share one trace.
     ``CacheAwareBudget`` decides from the minimum, the lifetime and whether a cached token is
     cheaper (not from the read and write prices), the rows tuned to its depth from that depth."""
-    if key == "recommended":
+    if key in TOLD:
         core = core_profile(profile)
         return (core.min_tokens, core.ttl, core.caches)
     return recommended_target(budget, profile)

@@ -29,7 +29,6 @@ from agent_framework import (  # noqa: E402
 )
 from tests.conftest import CountingWords  # noqa: E402
 
-from rollmem import cached_target  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
 from rollmem.integrations import agent_framework as agent_framework_module  # noqa: E402
@@ -369,7 +368,7 @@ async def test_the_strategy_called_directly_keeps_units_whole(recorder: Any) -> 
 
 def test_arguments_are_checked() -> None:
     assert RollingCompaction().max_tokens == DEFAULT_MAX_TOKENS
-    assert RollingCompaction().target_tokens == cached_target(DEFAULT_MAX_TOKENS)  # cache-friendly folds
+    assert RollingCompaction().target_tokens is None  # the cache-aware fold (test_defaults.py)
     assert RollingCompaction(target_tokens=DEFAULT_MAX_TOKENS).target_tokens == DEFAULT_MAX_TOKENS
     with pytest.raises(ValueError, match="max_tokens"):
         RollingCompaction(0)

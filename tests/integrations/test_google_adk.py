@@ -35,7 +35,7 @@ from google.genai import types  # noqa: E402
 from tests.conftest import AsyncRecordingSummarizer, RecordingSummarizer, SummarizerDown  # noqa: E402
 from tests.conftest import CountingWords as CountingCounter  # noqa: E402
 
-from rollmem import Message, cached_target  # noqa: E402
+from rollmem import Message  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
 from rollmem.integrations import google_adk  # noqa: E402
@@ -319,7 +319,8 @@ async def test_a_model_call_converts_and_counts_only_the_new_contents(
 
     monkeypatch.setattr(google_adk, "_fingerprint", counted)
     counter = CountingCounter()
-    chat = Chat(tmp_path / "sessions.db", lambda: RollingMemoryPlugin(120, RecordingSummarizer(), counter))
+    plugin = lambda: RollingMemoryPlugin(120, RecordingSummarizer(), counter, target_tokens=75)  # noqa: E731
+    chat = Chat(tmp_path / "sessions.db", plugin)
     await chat.start()
     per_call: list[tuple[int, int]] = []
     for turn in range(60):
@@ -497,7 +498,7 @@ def test_arguments_are_checked() -> None:
     with pytest.raises(TypeError, match="summary_text"):
         RollingMemoryPlugin(10, summary_text="no")  # type: ignore[arg-type]
     assert RollingMemoryPlugin().max_tokens == 2000
-    assert RollingMemoryPlugin().target_tokens == cached_target(2000) == 765  # deep, cache-friendly folds
+    assert RollingMemoryPlugin().target_tokens is None  # the cache-aware fold (test_defaults.py)
     assert RollingMemoryPlugin(2000, target_tokens=2000).target_tokens == 2000
     assert RollingMemoryPlugin().name == "rollmem"
 

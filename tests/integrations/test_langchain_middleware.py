@@ -43,7 +43,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES  # noqa: E402
 from pydantic import Field  # noqa: E402
 from tests.conftest import CountingWords as CountingCounter  # noqa: E402
 
-from rollmem import Message, RollingMemory, cached_target  # noqa: E402
+from rollmem import Message, RollingMemory  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT, CONTINUATION_TEXT_PLAIN  # noqa: E402
 from rollmem.adapters.langchain import from_langchain  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
@@ -267,9 +267,8 @@ def test_arguments_are_checked_as_rolling_memory_checks_them() -> None:
         RollingMemoryMiddleware(10, prune_folded=1)  # type: ignore[arg-type]
 
 
-def test_the_default_target_is_the_cached_target() -> None:
-    assert RollingMemoryMiddleware().target_tokens == cached_target(2000) == 765
-    assert RollingMemoryMiddleware(4000).target_tokens == cached_target(4000)
+def test_the_default_fold_is_the_cache_aware_one() -> None:
+    assert RollingMemoryMiddleware().target_tokens is None  # the cache-aware fold (test_defaults.py)
     assert RollingMemoryMiddleware(4000, target_tokens=4000).target_tokens == 4000
 
 

@@ -19,7 +19,7 @@ from strands.session.file_session_manager import FileSessionManager  # noqa: E40
 from strands.types.exceptions import ContextWindowOverflowException, EventLoopException  # noqa: E402
 from tests.conftest import CountingWords as Counter  # noqa: E402
 
-from rollmem import Message, cached_target  # noqa: E402
+from rollmem import Message  # noqa: E402
 from rollmem.adapters import CONTINUATION_TEXT  # noqa: E402
 from rollmem.errors import InvalidStateError  # noqa: E402
 from rollmem.integrations import strands as strands_module  # noqa: E402
@@ -30,6 +30,7 @@ from rollmem.integrations.strands import (  # noqa: E402
     RollingConversationManager,
     to_rollmem,
 )
+from rollmem.policies import CacheAwareBudget  # noqa: E402
 
 
 class Recorder:
@@ -273,6 +274,7 @@ def test_restarts_with_a_file_session_manager(tmp_path: Path) -> None:
             )
             assert manager.summary == managers[run - 1].summary
             assert manager.removed_message_count == managers[run - 1].removed_message_count
+            assert type(manager.memory.policy) is CacheAwareBudget  # the state holds no setting
         calls_before = counter.calls
         restored = len(manager.memory.buffer) + len(agent.messages) - (1 if run else 0)
         new = record_added(agent)
@@ -319,7 +321,6 @@ def test_public_names() -> None:
 
     assert module.__all__ == [
         "DEFAULT_MAX_TOKENS",
-        "DEFAULT_TARGET_TOKENS",
         "STATE_KEY",
         "SUMMARY_HEADER",
         "TRUNCATION_NOTE",
@@ -333,7 +334,8 @@ def test_the_defaults() -> None:
     manager = RollingConversationManager()
     assert DEFAULT_MAX_TOKENS == 2000
     assert manager.memory.max_tokens == DEFAULT_MAX_TOKENS
-    assert manager.memory.target_tokens == cached_target(DEFAULT_MAX_TOKENS) == 765
+    assert type(manager.memory.policy) is CacheAwareBudget  # the cache-aware fold (test_defaults.py)
+    assert manager.memory.target_tokens == 1024  # what a cacheable request needs, above the floor
     assert manager.summarize_fn is None
 
 

@@ -262,6 +262,37 @@ def test_a_cold_cache_folds_early_but_not_below_its_depth(recorder: Any) -> None
     assert len(recorder.calls) == 1
 
 
+def test_a_cold_decision_holds_until_a_fold_acts_on_it(recorder: Any) -> None:
+    clock = Clock()
+    memory = RollingMemory.cached(2000, recorder, provider=LIKE_ANTHROPIC, clock=clock, prefix_tokens=1200)
+    exchange(memory, clock, 9)  # 1,800 tokens, warm
+    recorder.fail = True
+    clock.now += 301  # cold: the fold is planned and its summarizer fails
+    with pytest.raises(RuntimeError, match=r"^summarizer down$"):
+        memory.extend([hundred("user", 9)])
+    assert memory.stats().buffer_tokens == 1900
+    recorder.fail = False
+    clock.now += 5  # warm again, and 2,000 is within max_tokens: the cold decision still folds
+    memory.extend([hundred("assistant", 9)])
+    assert len(recorder.calls) == 2
+    assert memory.stats().buffer_tokens == 1000
+
+
+async def test_a_background_fold_acts_on_the_cold_decision_of_its_add(recorder: Any) -> None:
+    clock = Clock()
+    memory = AsyncRollingMemory.cached(
+        2000, recorder, provider=LIKE_ANTHROPIC, clock=clock, prefix_tokens=1200, background=True
+    )
+    for n in range(9):  # 1,800 tokens, warm
+        clock.now += 30
+        await memory.extend([hundred("user", n), hundred("assistant", n)])
+    clock.now += 301
+    await memory.extend([hundred("user", 9)])  # cold: the fold runs later, as a task
+    await memory.flush()
+    assert len(recorder.calls) == 1
+    assert memory.stats().buffer_tokens == 900
+
+
 def test_without_caching_a_long_pause_changes_nothing(recorder: Any) -> None:
     clock = Clock()
     memory = RollingMemory.cached(2000, recorder, provider="none", clock=clock)

@@ -1,7 +1,6 @@
-"""The engine every framework integration runs on (private; with ``_track``, a conversation's
-live track, and ``_state``, the state kept in the framework): each framework message (*native*)
-is one rollmem *unit*, so the core's rules decide what folds. Here: the settings and defaults
-(:func:`new_memory`), the summarizer converting at fold time and tracing, a small LRU, helpers."""
+"""The engine the integrations run on (private; ``_track``: a conversation's live track; ``_state``: the state
+kept in the framework). Each framework message (*native*) is one rollmem *unit*, so the core's rules decide
+what folds. Here: the settings (:class:`Configured`), the memory (:func:`new_memory`) and its summarizer."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ from typing import Any, Callable, Generic, Optional, TypeVar, Union
 from ..counters import counter_identity, words
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, RollingMemory, SummarizeFn, TokenCounter
 from ..message import TOOL, USER, Message
-from ..policies import cached_target
+from ..policies import CacheAwareBudget, CacheProfile
 
 N = TypeVar("N")
 _T = TypeVar("_T")
@@ -27,23 +26,35 @@ DEFAULT_MAX_TOKENS = 2000
 
 Resolve = Callable[[Sequence[Message]], list[Message]]
 Finish = Callable[[dict[str, int], Optional[BaseException]], None]
+Provider = Union[CacheProfile, str, None]
+Clock = Callable[[], float]
 Tracer = Callable[[dict[str, int]], Finish]
 """``tracer(attributes)`` starts a fold's span (``rollmem.fold.messages``, ``.tokens_before``,
 ``.tokens_after``); ``finish(attributes, error)`` ends it (``.summary_tokens``, the error raised)."""
 
 
 class Configured:
-    """The settings every integration takes, checked as :class:`~rollmem.AsyncRollingMemory` does."""
+    """The settings every integration takes, checked once as :meth:`~rollmem.AsyncRollingMemory.cached`
+    checks them. Without ``target_tokens`` a memory folds as ``cached(..., provider=, clock=,
+    prefix_tokens=)`` (:class:`~rollmem.policies.CacheAwareBudget`), with it as ``AsyncRollingMemory(...,
+    target_tokens=)``. Saved states hold no setting: a memory rebuilt from one folds the same way."""
 
-    max_tokens: int
-    target_tokens: int
-    summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]]
-    token_counter: Optional[TokenCounter]
-
-    def _configure(self, max_tokens: int, summarize_fn: Any, token_counter: Any, target_tokens: Any) -> None:
+    def _setup(
+        self,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
+        token_counter: Optional[TokenCounter] = None,
+        target_tokens: Optional[int] = None,
+        provider: Provider = None,
+        clock: Optional[Clock] = None,
+        prefix_tokens: int = 0,
+    ) -> None:
         AsyncRollingMemory(max_tokens, summarize_fn, token_counter, target_tokens=target_tokens)
+        cache = CacheAwareBudget(max_tokens, provider=provider, clock=clock, prefix_tokens=prefix_tokens)
         self.max_tokens, self.summarize_fn, self.token_counter = max_tokens, summarize_fn, token_counter
-        self.target_tokens = cached_target(max_tokens) if target_tokens is None else target_tokens
+        self.target_tokens, self.provider, self.clock = target_tokens, cache.provider, cache.clock
+        fold = {"provider": cache.provider, "clock": cache.clock, "prefix_tokens": prefix_tokens}
+        self._fold: dict[str, Any] = fold if target_tokens is None else {"target_tokens": target_tokens}
         identity = counter_identity(words if token_counter is None else token_counter)
         self._identity = identity or f"process:{uuid.uuid4().hex}"  # an unnamed counter: this object's
         self._lives: Lives[Any] = Lives()
@@ -59,15 +70,13 @@ class Configured:
 def new_memory(
     owner: Configured, resolve: Resolve = list, on_evict: Any = None, *, asynchronous: bool
 ) -> Any:
-    """The memory an integration folds with: over ``owner.max_tokens`` (by ``owner.token_counter``)
-    it folds down to ``owner.target_tokens``, summarizing ``resolve(evicted)`` (:func:`summarizer`).
-    Every integration's fold rule is chosen here."""
+    """The memory an integration folds with, as :class:`Configured` says (every integration's fold
+    rule is chosen here), summarizing ``resolve(evicted)`` (:func:`summarizer`)."""
     made: list[Any] = []
     fn = summarizer(owner, resolve, lambda: made[0], asynchronous)
-    kind = AsyncRollingMemory if asynchronous else RollingMemory
-    made.append(
-        kind(owner.max_tokens, fn, owner.token_counter, target_tokens=owner.target_tokens, on_evict=on_evict)
-    )
+    kind: Any = AsyncRollingMemory if asynchronous else RollingMemory
+    make = kind.cached if owner.target_tokens is None else kind
+    made.append(make(owner.max_tokens, fn, owner.token_counter, on_evict=on_evict, **owner._fold))
     return made[0]
 
 

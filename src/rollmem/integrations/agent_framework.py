@@ -25,7 +25,7 @@ from ..adapters import CONTINUATION_TEXT
 from ..errors import InvalidStateError
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ._engine import DEFAULT_MAX_TOKENS, Configured, opening_turn, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Provider, opening_turn, unit_of
 from ._state import Keys, locate, read_state
 from ._track import Spec, Track
 
@@ -117,11 +117,11 @@ class _Binding:
 
 
 class RollingCompaction(Configured):
-    """An Agent Framework ``CompactionStrategy`` (and context provider): before every model call
-    the oldest units fold into a summary (the settings are :class:`~rollmem.AsyncRollingMemory`'s);
-    the request is the leading system messages, the summary (see :data:`SUMMARY_MARKER`), a user
-    turn where needed, and the kept messages (folded ones stay, marked excluded). The state is kept
-    in ``session.state[source_id]``; half a wiring warns."""
+    """An Agent Framework ``CompactionStrategy`` (and context provider): before every model call the oldest
+    units fold into a summary (the settings are :meth:`~rollmem.AsyncRollingMemory.cached`'s; an explicit
+    ``target_tokens`` folds plainly down to it); the request is the leading system messages, the summary (see
+    :data:`SUMMARY_MARKER`), a user turn where needed, and the kept messages (folded ones stay, marked
+    excluded). The state is kept in ``session.state[source_id]``; half a wiring warns."""
 
     after_run_once_per_turn = False
     """Read by the agent: the state is committed after every run."""
@@ -133,9 +133,12 @@ class RollingCompaction(Configured):
         token_counter: Optional[TokenCounter] = None,
         *,
         target_tokens: Optional[int] = None,
+        provider: Provider = None,
+        clock: Optional[Clock] = None,
+        prefix_tokens: int = 0,
         source_id: str = DEFAULT_SOURCE_ID,
     ) -> None:
-        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
+        self._setup(max_tokens, summarize_fn, token_counter, target_tokens, provider, clock, prefix_tokens)
         self.source_id = v.check_str("source_id", source_id, allow_empty=False)
         _import()
         self._own: dict[str, Any] = {}
@@ -183,11 +186,9 @@ class RollingCompaction(Configured):
         binding = self._bound.get()
         if binding is None and not self._warned:
             self._warned = True
-            message = "was called as the compaction strategy without being in context_providers="
             note = "its state lives in this object, for one conversation, and is not saved with the session"
-            warnings.warn(
-                f"RollingCompaction {message}: {note}. Pass it in context_providers= too.", stacklevel=2
-            )
+            message = f"was called as the compaction strategy without being in context_providers=: {note}"
+            warnings.warn(f"RollingCompaction {message}. Pass it in context_providers= too.", stacklevel=2)
         if binding is not None:
             binding.called = True
         data, key = (self._own, "own") if binding is None else (binding.working, binding.key)

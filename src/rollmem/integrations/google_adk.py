@@ -14,7 +14,7 @@ from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ._engine import DEFAULT_MAX_TOKENS, Configured, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Provider, unit_of
 from ._state import Keys, locate, read_state
 from ._track import Spec, Track
 
@@ -144,12 +144,12 @@ def _calls(content: Any) -> bool:
 
 
 class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
-    """An ADK plugin: each model request gets a running summary plus the newest contents within
-    ``max_tokens`` (the settings are :class:`~rollmem.AsyncRollingMemory`'s). Before each model call
-    it folds the oldest units of the request's contents; the model gets the instruction with
-    ``summary_text(summary)`` appended, then the kept contents (a user turn first where Gemini needs
-    one; a pending call kept, a response posted back shown with its call). The session's events are
-    never changed; the session state (:meth:`state_key`) changes only at a fold."""
+    """An ADK plugin: each model request gets a running summary plus the newest contents within ``max_tokens``
+    (the settings are :meth:`~rollmem.AsyncRollingMemory.cached`'s; an explicit ``target_tokens`` folds
+    plainly down to it). Before each model call it folds the oldest units of the request's contents; the model
+    gets the instruction with ``summary_text(summary)`` appended, then the kept contents (a user turn first
+    where Gemini needs one; a pending call kept, a response posted back shown with its call). The session's
+    events are never changed; the session state (:meth:`state_key`) changes only at a fold."""
 
     def __init__(
         self,
@@ -158,10 +158,13 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
         token_counter: Optional[TokenCounter] = None,
         *,
         target_tokens: Optional[int] = None,
+        provider: Provider = None,
+        clock: Optional[Clock] = None,
+        prefix_tokens: int = 0,
         summary_text: Optional[Callable[[str], str]] = None,
         name: str = "rollmem",
     ) -> None:
-        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
+        self._setup(max_tokens, summarize_fn, token_counter, target_tokens, provider, clock, prefix_tokens)
         v.check_callable("summary_text", summary_text, optional=True)
         super().__init__(name=v.check_str("name", name, allow_empty=False))
         self.summary_text: Callable[[str], str] = summary_text or summary_instruction
@@ -223,11 +226,8 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
         keys = track.context.keys
         start, found, how = locate(state, keys, min(state.folded, len(contents) - 1))
         start = int(start or 0)
-        pinned = {
-            *found,
-            *(keys.find(_fingerprint(native), start) for native in (old.natives[: old.kept] if old else ())),
-        }
-        pinned.discard(-1)
+        held = old.natives[: old.kept] if old else ()  # found by fingerprint; -1: not there
+        pinned = {*found, *(keys.find(_fingerprint(native), start) for native in held)} - {-1}
         pinned.update(i + 1 for i in list(pinned) if i + 1 < start and _is_response(contents[i + 1]))
         track.written = data
         return track, track.restore(contents, state, start, sorted(pinned), how in ("exact", "first"))

@@ -1,12 +1,9 @@
-"""LangChain v1 agents: a rolling memory as ``create_agent`` middleware.
-
-Needs the ``langchain`` extra on Python 3.10+ (``pip install "rollmem[langchain]"``: ``langchain``,
-``langgraph``, ``langchain-core``). Importing this module imports them, and raises
-:class:`~rollmem.errors.MissingExtraError` when one is missing (older ``langchain-core`` projects keep
+"""LangChain v1 agents: a rolling memory as ``create_agent`` middleware. Needs the ``langchain`` extra
+(Python 3.10+: ``langchain``, ``langgraph``, ``langchain-core``): importing this module imports them,
+else raises :class:`~rollmem.errors.MissingExtraError` (older ``langchain-core`` projects keep
 :class:`rollmem.adapters.langchain.RollingChatMessageHistory`). :class:`RollingMemoryMiddleware`
 changes what the model sees, not what the graph stores; :func:`langchain_summarizer` adapts a
-rollmem ``summarize_fn`` to LangChain's own ``SummarizationMiddleware(summarizer=...)``.
-"""
+rollmem ``summarize_fn`` to LangChain's own ``SummarizationMiddleware(summarizer=...)``."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ from ..adapters.langchain import from_langchain
 from ..errors import InvalidStateError
 from ..memory import AsyncRollingMemory, AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import USER, Message
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Finish, Tracer, is_async
+from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Finish, Provider, Tracer, is_async
 from ._state import Keys, locate, read_state
 from ._track import Spec, Track
 
@@ -91,11 +88,10 @@ class _Messages(Spec[BaseMessage]):
         self.pin = pin
 
     def units(self, natives: Sequence[BaseMessage], track: Track[BaseMessage]) -> list[Message]:
-        converted = self.messages(natives)
-        pin = self.pin
-        if pin is not None:
-            converted = [replace(m, pinned=True) if pin(n) else m for m, n in zip(converted, natives)]
-        return converted
+        out, pin = self.messages(natives), self.pin
+        return (
+            out if pin is None else [replace(m, pinned=True) if pin(n) else m for m, n in zip(out, natives)]
+        )
 
     def messages(self, natives: Sequence[BaseMessage]) -> list[Message]:
         for index, native in enumerate(natives):
@@ -113,14 +109,13 @@ class _Messages(Spec[BaseMessage]):
 class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]):  # type: ignore[misc, unused-ignore]
     """``create_agent`` middleware: the model sees a running summary plus the newest messages.
 
-    The settings are :class:`~rollmem.RollingMemory`'s. The model receives the system prompt,
-    ``summary_message(summary)``, then the newest messages verbatim (the state's own objects); older
-    ones fold by one ``summarize_fn(summary, evicted)`` call (``evicted`` converted with
-    :func:`rollmem.adapters.langchain.from_langchain`); ``pin(message)`` keeps one for good. The
-    summary and fold position are agent state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`), written
-    only at a fold; ``prune_folded`` also removes folded messages from the state. A coroutine
-    ``summarize_fn`` needs ``ainvoke``. Each fold is a ``rollmem.fold`` run in LangChain's callbacks.
-    """
+    The settings are :meth:`~rollmem.RollingMemory.cached`'s (an explicit ``target_tokens`` folds plainly down
+    to it). The model receives the system prompt, ``summary_message(summary)``, then the newest messages
+    verbatim (the state's own objects); older ones fold by one ``summarize_fn(summary, evicted)`` call
+    (``evicted`` converted with :func:`rollmem.adapters.langchain.from_langchain`); ``pin(message)`` keeps one
+    for good. The summary and fold position are agent state (:data:`SUMMARY_KEY`, :data:`CURSOR_KEY`), written
+    only at a fold; ``prune_folded`` also removes folded messages from the state. A coroutine ``summarize_fn``
+    needs ``ainvoke``. Each fold is a ``rollmem.fold`` run in LangChain's callbacks."""
 
     state_schema = RollingMemoryState
 
@@ -131,12 +126,15 @@ class RollingMemoryMiddleware(Configured, AgentMiddleware[RollingMemoryState]): 
         token_counter: Optional[TokenCounter] = None,
         *,
         target_tokens: Optional[int] = None,
+        provider: Provider = None,
+        clock: Optional[Clock] = None,
+        prefix_tokens: int = 0,
         pin: Optional[Callable[[BaseMessage], bool]] = None,
         prune_folded: bool = False,
         summary_message: Optional[Callable[[str], _AnyMessage]] = None,
     ) -> None:
         super().__init__()
-        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
+        self._setup(max_tokens, summarize_fn, token_counter, target_tokens, provider, clock, prefix_tokens)
         v.check_callable("pin", pin, optional=True)
         v.check_callable("summary_message", summary_message, optional=True)
         self.pin, self.prune_folded = pin, v.check_bool("prune_folded", prune_folded)
@@ -300,8 +298,7 @@ def _at_state_index(error: InvalidStateError, indices: list[int]) -> InvalidStat
     path = error.path
     if path.startswith("messages["):
         close = path.index("]")
-        position = int(path[len("messages[") : close])
-        path = f"messages[{indices[position]}]{path[close + 1 :]}"
+        path = f"messages[{indices[int(path[len('messages[') : close])]}]{path[close + 1 :]}"
     return type(error)(path, error.problem)
 
 
@@ -329,7 +326,7 @@ def langchain_summarizer(
     :func:`rollmem.adapters.langchain.from_langchain`. Pass ``trim_tokens_to_summarize=None`` to
     the middleware, or what it trims never reaches ``summarize_fn``."""
     if not callable(summarize_fn):
-        raise TypeError(f"summarize_fn: expected a callable, got {v.type_name(summarize_fn)}")
+        raise v.type_error("summarize_fn", "a callable", summarize_fn)
     fn: Any = summarize_fn
 
     def summarize(messages: list[_AnyMessage]) -> Any:

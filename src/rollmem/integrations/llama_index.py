@@ -37,14 +37,10 @@ def _import(module: str) -> Any:
 
 
 def _arguments(value: object) -> str:
-    if value is None or isinstance(value, str):
-        return value or ""
+    if not isinstance(value, Mapping):
+        return "" if value is None else str(value)
     try:  # compact JSON, non-ASCII kept: as the adapters write tool-call arguments
-        return (
-            json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-            if isinstance(value, Mapping)
-            else str(value)
-        )
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
 

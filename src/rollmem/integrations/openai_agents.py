@@ -22,7 +22,7 @@ from ..message import SYSTEM, Message
 from ..policies import unit_spans
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, LogStore
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Finish, Tracer, new_memory
+from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Finish, Provider, Tracer, new_memory
 
 __all__ = ["SUMMARY_HEADER", "RollingSession", "cached_prefix"]
 
@@ -68,8 +68,7 @@ async def _pop(memory: AsyncRollingMemory) -> Optional[dict[str, Any]]:
     buffer = memory.buffer
     if not buffer:
         return None
-    items = responses_items(buffer[-1:])
-    popped = items.pop()
+    popped = (items := responses_items(buffer[-1:])).pop()
     memory.buffer = buffer[:-1] + from_openai_responses(items)
     return popped
 
@@ -77,12 +76,12 @@ async def _pop(memory: AsyncRollingMemory) -> Optional[dict[str, Any]]:
 class RollingSession(Configured):
     """An Agents SDK session that keeps a running summary plus the recent items verbatim.
 
-    The settings are :class:`~rollmem.AsyncRollingMemory`'s. Without ``store`` the session lives in
-    this object; with one it is kept there through :class:`~rollmem.sessions.AsyncSessions` (writes
-    re-run when another writer saved first, up to ``max_retries``). If the summarizer raises, the
-    items stay (saved) and the error propagates. ``on_evict(items)`` (sync or async) and ``archive``
-    (any SDK session) receive what leaves the buffer. Each fold is a ``rollmem.fold`` span in the
-    SDK's current trace."""
+    The settings are :meth:`~rollmem.AsyncRollingMemory.cached`'s (an explicit ``target_tokens`` folds plainly
+    down to it). Without ``store`` the session lives in this object; with one it is kept there through
+    :class:`~rollmem.sessions.AsyncSessions` (writes re-run when another writer saved first, up to
+    ``max_retries``). If the summarizer raises, the items stay (saved) and the error propagates.
+    ``on_evict(items)`` (sync or async) and ``archive`` (any SDK session) receive what leaves the buffer. Each
+    fold is a ``rollmem.fold`` span in the SDK's current trace."""
 
     session_settings: Optional[Any] = None
     """The SDK's ``SessionSettings`` (e.g. a default ``limit`` for :meth:`get_items`), or ``None``."""
@@ -95,6 +94,9 @@ class RollingSession(Configured):
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         target_tokens: Optional[int] = None,
+        provider: Provider = None,
+        clock: Optional[Clock] = None,
+        prefix_tokens: int = 0,
         store: Optional[Union[LogStore, AsyncLogStore]] = None,
         max_retries: int = 10,
         on_evict: Optional[Callable[[list[dict[str, Any]]], Any]] = None,
@@ -103,7 +105,7 @@ class RollingSession(Configured):
         feature = f"{__name__}.RollingSession"
         import_extra("agents.memory", package="openai-agents", extra="openai-agents", feature=feature)
         v.check_session_id(session_id)
-        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
+        self._setup(max_tokens, summarize_fn, token_counter, target_tokens, provider, clock, prefix_tokens)
         v.check_callable("on_evict", on_evict, optional=True)
         if archive is not None and not callable(getattr(archive, "add_items", None)):
             raise v.type_error("archive", "a session with add_items (e.g. agents.SQLiteSession)", archive)

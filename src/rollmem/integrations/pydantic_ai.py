@@ -22,7 +22,7 @@ from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, LogStore, MemoryStore
-from ._engine import DEFAULT_MAX_TOKENS, Configured, Lives, new_memory, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Lives, Provider, new_memory, unit_of
 from ._state import take_units
 
 __all__ = ["STATE_PREFIX", "RollingHistory", "find_summary", "rolling_history"]
@@ -163,9 +163,7 @@ class _Read:
         for index, message in enumerate(messages, offset):
             kind = getattr(message, "kind", None)
             if kind not in ("request", "response"):
-                raise TypeError(
-                    f"messages[{index}]: expected ModelRequest or ModelResponse, got {v.type_name(message)}"
-                )
+                raise v.type_error(f"messages[{index}]", "ModelRequest or ModelResponse", message)
             found = [key for part in message.parts for key in [_summary_key(part)] if key]
             self.summaries += [text for text, _ in found]
             self.key = self.key or next((key for _, key in found if key), None)
@@ -204,15 +202,8 @@ class RollingHistory(Configured):
     messages)`` returns the history the model should receive. Conversations are told apart by
     ``ctx.conversation_id``, else by the key in our summary part, else by their opening message."""
 
-    def __init__(
-        self,
-        max_tokens: int,
-        summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]],
-        token_counter: Optional[TokenCounter],
-        target_tokens: Optional[int],
-        store: Union[LogStore, AsyncLogStore, None],
-    ) -> None:
-        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
+    def __init__(self, store: Union[LogStore, AsyncLogStore, None] = None, **settings: Any) -> None:
+        self._setup(**settings)
         self._pai = import_extra(
             "pydantic_ai.messages", package="pydantic-ai-slim", extra="pydantic-ai", feature=__name__
         )
@@ -237,7 +228,7 @@ class RollingHistory(Configured):
     async def __call__(self, ctx: Any, messages: list[Any]) -> list[Any]:
         """The history for the next model request: the summary, then the newest messages in budget."""
         if not isinstance(messages, list):
-            raise TypeError(f"messages: expected a list of ModelMessage, got {v.type_name(messages)}")
+            raise v.type_error("messages", "a list of ModelMessage", messages)
         conversation_id = getattr(ctx, "conversation_id", None)
         ctx_key = conversation_id if isinstance(conversation_id, str) and conversation_id else None
         key = ctx_key or (self._firsts.take(id(messages[0])) if messages else None)
@@ -340,11 +331,15 @@ def rolling_history(
     token_counter: Optional[TokenCounter] = None,
     *,
     target_tokens: Optional[int] = None,
+    provider: Provider = None,
+    clock: Optional[Clock] = None,
+    prefix_tokens: int = 0,
     store: Union[LogStore, AsyncLogStore, None] = None,
 ) -> RollingHistory:
-    """A pydantic-ai history processor: the running summary, then the newest messages within
-    ``max_tokens`` (folding down to ``target_tokens``, default :func:`rollmem.cached_target`).
-    ``summarize_fn(summary, evicted)`` (sync or async) receives rollmem messages (none: evicted
-    ones are dropped); ``token_counter`` counts a text (default: words); ``store`` keeps each
-    conversation's state (default: an in-process :class:`~rollmem.stores.MemoryStore`)."""
-    return RollingHistory(max_tokens, summarize_fn, token_counter, target_tokens, store)
+    """A pydantic-ai history processor: the running summary, then the newest messages within ``max_tokens``,
+    folding as :meth:`rollmem.AsyncRollingMemory.cached` does (told ``provider``, ``clock``,
+    ``prefix_tokens``; an explicit ``target_tokens`` folds plainly down to it). ``summarize_fn(summary,
+    evicted)`` (sync or async) receives rollmem messages (none: evicted ones are dropped); ``token_counter``
+    counts a text (default: words); ``store`` keeps each conversation's state (default: an in-process
+    :class:`~rollmem.stores.MemoryStore`)."""
+    return RollingHistory(**locals())  # every argument above, by name

@@ -16,7 +16,7 @@ from ..adapters import CONTINUATION_TEXT
 from ..errors import InvalidStateError
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, TOOL, USER, Message, ToolCall
-from ._engine import DEFAULT_MAX_TOKENS, Configured, is_async, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Provider, is_async, unit_of
 from ._state import Keys, State, locate, read_state
 from ._track import Spec, Track
 
@@ -28,11 +28,9 @@ _conversation, _hooks, _errors = (
 )
 _ConversationManager: Any = _conversation.ConversationManager
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_TARGET_TOKENS", "STATE_KEY", "SUMMARY_HEADER", "TRUNCATION_NOTE"]
+__all__ = ["DEFAULT_MAX_TOKENS", "STATE_KEY", "SUMMARY_HEADER", "TRUNCATION_NOTE"]
 __all__ += ["RollingConversationManager", "cached_prefix", "to_rollmem"]
 
-DEFAULT_TARGET_TOKENS: Optional[int] = None
-"""The default fold target: ``None`` folds down to :func:`rollmem.cached_target` ``(max_tokens)``."""
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 """The first line of the summary text block that opens ``agent.messages`` once there is a summary."""
 TRUNCATION_NOTE = "[rollmem: tool result truncated from {before} to {after} tokens to fit the context window]"
@@ -150,11 +148,11 @@ def _text_turn(text: str, kind: str) -> dict[str, Any]:
 
 
 class RollingConversationManager(Configured, _ConversationManager):  # type: ignore[misc]
-    """A Strands ``ConversationManager``: ``agent.messages`` holds a summary turn, then the newest
-    messages verbatim within ``max_tokens``; the oldest whole units (a ``toolUse`` message with its
-    results) fold by one ``summarize_fn(summary, evicted)`` call (sync, or a coroutine function run
-    on Strands' loop) before every model call. The settings are :class:`~rollmem.RollingMemory`'s.
-    A failing summarizer propagates; nothing is lost."""
+    """A Strands ``ConversationManager``: ``agent.messages`` holds a summary turn, then the newest messages
+    verbatim within ``max_tokens``; the oldest whole units (a ``toolUse`` message with its results) fold by
+    one ``summarize_fn(summary, evicted)`` call (sync, or a coroutine function run on Strands' loop) before
+    every model call. The settings are :meth:`~rollmem.RollingMemory.cached`'s (an explicit ``target_tokens``
+    folds plainly down to it). A failing summarizer propagates."""
 
     def __init__(
         self,
@@ -162,9 +160,12 @@ class RollingConversationManager(Configured, _ConversationManager):  # type: ign
         summarize_fn: Optional[Union[SummarizeFn, AsyncSummarizeFn]] = None,
         token_counter: Optional[TokenCounter] = None,
         *,
-        target_tokens: Optional[int] = DEFAULT_TARGET_TOKENS,
+        target_tokens: Optional[int] = None,
+        provider: Provider = None,
+        clock: Optional[Clock] = None,
+        prefix_tokens: int = 0,
     ) -> None:
-        self._configure(max_tokens, summarize_fn, token_counter, target_tokens)
+        self._setup(max_tokens, summarize_fn, token_counter, target_tokens, provider, clock, prefix_tokens)
         super().__init__()
         self._async = is_async(summarize_fn)
         self._restart("")
@@ -306,8 +307,7 @@ class RollingConversationManager(Configured, _ConversationManager):  # type: ign
 
     def _keep_half(self) -> int:
         """How many newest messages hold at most half the buffer's tokens (at least 1)."""
-        costs = self._track.memory.costs()
-        half = sum(costs) // 2
+        half = sum(costs := self._track.memory.costs()) // 2
         return max(sum(1 for total in accumulate(reversed(costs)) if total <= half), 1)
 
     def _truncate_largest(self) -> bool:
