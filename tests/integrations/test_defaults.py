@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 import pytest
+from tests._optional import need
 
 from rollmem import AsyncRollingMemory, Message, RollingMemory
 from rollmem.integrations._engine import new_memory
@@ -19,20 +20,21 @@ from rollmem.policies import PROVIDERS, CacheAwareBudget, CacheProfile, TokenBud
 Build = Callable[..., Any]
 
 
-def _builder(extra: str, module: str, make: Callable[[Any], Build]) -> Any:
+def _builder(extra: str, framework: str, module: str, make: Callable[[Any], Build]) -> Any:
     def build(**settings: Any) -> Any:
+        need(extra, framework)  # skips where the extra (or, by its markers, the framework) is not
         return make(importlib.import_module(f"rollmem.integrations.{module}"))(**settings)
 
-    return pytest.param(build, id=module, marks=pytest.mark.extra(extra))
+    return pytest.param(build, id=module)
 
 
 INTEGRATIONS = [
-    _builder("langchain", "langchain", lambda m: m.RollingMemoryMiddleware),
-    _builder("openai-agents", "openai_agents", lambda m: lambda **kw: m.RollingSession("s", **kw)),
-    _builder("pydantic-ai", "pydantic_ai", lambda m: m.rolling_history),
-    _builder("strands", "strands", lambda m: m.RollingConversationManager),
-    _builder("agent-framework", "agent_framework", lambda m: m.RollingCompaction),
-    _builder("google-adk", "google_adk", lambda m: m.RollingMemoryPlugin),
+    _builder("langchain", "langchain.agents", "langchain", lambda m: m.RollingMemoryMiddleware),
+    _builder("openai-agents", "agents", "openai_agents", lambda m: lambda **kw: m.RollingSession("s", **kw)),
+    _builder("pydantic-ai", "pydantic_ai", "pydantic_ai", lambda m: m.rolling_history),
+    _builder("strands", "strands", "strands", lambda m: m.RollingConversationManager),
+    _builder("agent-framework", "agent_framework", "agent_framework", lambda m: m.RollingCompaction),
+    _builder("google-adk", "google.adk", "google_adk", lambda m: m.RollingMemoryPlugin),
 ]
 
 
