@@ -8,13 +8,14 @@ from __future__ import annotations
 import importlib
 import re
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 import pytest
 from tests._optional import need
 
 from rollmem import AsyncRollingMemory, Message, RollingMemory
-from rollmem.integrations._engine import new_memory
+from rollmem.integrations._engine import new_memory, stamp_clock
 from rollmem.policies import PROVIDERS, CacheAwareBudget, CacheProfile, TokenBudget
 
 Build = Callable[..., Any]
@@ -25,7 +26,11 @@ def _builder(extra: str, framework: str, module: str, make: Callable[[Any], Buil
         need(extra, framework)  # skips where the extra (or, by its markers, the framework) is not
         return make(importlib.import_module(f"rollmem.integrations.{module}"))(**settings)
 
+    build.stamped = module in STAMPED  # type: ignore[attr-defined]
     return pytest.param(build, id=module)
+
+
+STAMPED = ("pydantic_ai", "google_adk")  # their frameworks stamp messages: that is the default clock
 
 
 INTEGRATIONS = [
@@ -58,7 +63,8 @@ def test_the_default_fold_is_the_cache_aware_one(build: Build) -> None:
     for memory in (new_memory(build(), asynchronous=True), new_memory(build(), asynchronous=False)):
         policy = memory.policy
         assert type(policy) is CacheAwareBudget
-        assert (policy.provider, policy.clock) == (PROVIDERS["anthropic"], time.monotonic)
+        clock = stamp_clock if build.stamped else time.monotonic  # type: ignore[attr-defined]
+        assert (policy.provider, policy.clock) == (PROVIDERS["anthropic"], clock)
         assert policy.prefix_tokens == 0
         # a cacheable request needs 1,024 tokens: the floor, above VERBATIM_FLOOR's 750 at 2,000
         assert (memory.max_tokens, memory.target_tokens) == (2000, 1024)
@@ -158,3 +164,73 @@ def test_a_conversation_manager_folds_early_on_a_cold_cache(recorder: Any) -> No
     say("user", 9)
     assert len(recorder.calls) == 1
     assert manager.memory.stats().buffer_tokens == 900
+
+
+# -- where the framework stamps its messages, their timestamps are the default clock ---------------
+
+
+@pytest.mark.parametrize(("idle", "folds"), [(200, 0), (400, 1)])
+async def test_pydantic_ai_tells_a_cold_cache_by_the_messages_timestamps(
+    recorder: Any, idle: int, folds: int
+) -> None:
+    need("pydantic-ai", "pydantic_ai")
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    from rollmem.integrations.pydantic_ai import rolling_history
+
+    processor = rolling_history(summarize_fn=recorder, **COLD)  # no clock given
+    start = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)  # long ago: the process clock plays no part
+    history: list[Any] = []
+    for n in range(9):  # 1,800 tokens, a question every 30 seconds, answered 5 seconds later
+        asked = start + timedelta(seconds=30 * n)
+        history.append(ModelRequest(parts=[UserPromptPart(text("user", n), timestamp=asked)]))
+        await processor(None, history)  # before the model call, as pydantic-ai calls it
+        answer = TextPart(text("assistant", n))
+        history.append(ModelResponse(parts=[answer], timestamp=asked + timedelta(seconds=5)))
+    assert recorder.calls == []
+    asked = start + timedelta(seconds=30 * 8 + 5 + idle)  # the user comes back after `idle` seconds
+    history.append(ModelRequest(parts=[UserPromptPart(text("user", 9), timestamp=asked)]))
+    sent = await processor(None, history)
+    assert len(recorder.calls) == folds  # 205 s: still warm; 405 s: cold, and 1,900 tokens is over 4/5
+    assert len(sent) == (len(history) if not folds else 10)  # the summary, then 9 messages (900 tokens)
+
+
+@pytest.mark.parametrize(("idle", "folds"), [(200, 0), (400, 1)])
+async def test_google_adk_tells_a_cold_cache_by_the_session_events_timestamps(
+    recorder: Any, idle: int, folds: int
+) -> None:
+    need("google-adk", "google.adk")
+    from google.adk.agents import LlmAgent
+    from google.adk.agents.callback_context import CallbackContext
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.events import Event
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.sessions import InMemorySessionService, Session
+    from google.genai import types
+
+    from rollmem.integrations.google_adk import RollingMemoryPlugin
+
+    plugin = RollingMemoryPlugin(summarize_fn=recorder, **COLD)  # no clock given
+    session = Session(id="s", app_name="app", user_id="u")
+    agent = LlmAgent(name="agent", model="gemini-2.5-flash")  # never called
+    context = InvocationContext(
+        session_service=InMemorySessionService(), invocation_id="i", agent=agent, session=session
+    )
+    start = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc).timestamp()
+
+    async def say(role: str, n: int, at: float) -> Any:
+        content = types.Content(role=role, parts=[types.Part(text=text(role, n))])
+        session.events.append(Event(author=role, content=content, timestamp=at))
+        if role == "model":
+            return None
+        request = LlmRequest(contents=[event.content.model_copy() for event in session.events])
+        await plugin.before_model_callback(callback_context=CallbackContext(context), llm_request=request)
+        return request
+
+    for n in range(9):  # 1,800 tokens, a question every 30 seconds, answered 5 seconds later
+        await say("user", n, start + 30 * n)
+        await say("model", n, start + 30 * n + 5)
+    assert recorder.calls == []
+    request = await say("user", 9, start + 30 * 8 + 5 + idle)  # back after `idle` seconds
+    assert len(recorder.calls) == folds
+    assert len(request.contents) == (19 if not folds else 9)  # the newest 900 tokens after a fold

@@ -5,8 +5,10 @@ what folds. Here: the settings (:class:`Configured`), the memory (:func:`new_mem
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -31,6 +33,10 @@ Clock = Callable[[], float]
 Tracer = Callable[[dict[str, int]], Finish]
 """``tracer(attributes)`` starts a fold's span (``rollmem.fold.messages``, ``.tokens_before``,
 ``.tokens_after``); ``finish(attributes, error)`` ends it (``.summary_tokens``, the error raised)."""
+_STAMP: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("rollmem_stamp", default=None)
+stamp = _STAMP.set  # stamp(when): the newest message stamp of the call handled (seconds since the epoch)
+stamp_clock: Clock = lambda: _STAMP.get() or time.time()  # noqa: E731
+"""The default clock where the framework stamps messages: :data:`stamp`'s, else ``time.time()``."""
 
 
 class Configured:

@@ -14,19 +14,16 @@ from .._extras import import_extra
 from ..adapters import CONTINUATION_TEXT
 from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
-from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Provider, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Provider, stamp, stamp_clock, unit_of
 from ._state import Keys, locate, read_state
 from ._track import Spec, Track
 
 __all__ = ["DEFAULT_MAX_TOKENS", "STATE_PREFIX", "RollingMemoryPlugin", "summary_instruction"]
 
 
-def _import(module: str) -> Any:
-    return import_extra(module, package="google-adk", extra="google-adk", feature=__name__)
-
-
-_BasePlugin: Any = _import("google.adk.plugins.base_plugin").BasePlugin
-_types = _import("google.genai.types")
+_EXTRA: Any = {"package": "google-adk", "extra": "google-adk", "feature": __name__}
+_BasePlugin: Any = import_extra("google.adk.plugins.base_plugin", **_EXTRA).BasePlugin
+_types = import_extra("google.genai.types", **_EXTRA)
 
 STATE_PREFIX = "rollmem:"
 """Session-state keys of the plugin are this prefix plus the agent's name (one memory per agent)."""
@@ -149,7 +146,8 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
     plainly down to it). Before each model call it folds the oldest units of the request's contents; the model
     gets the instruction with ``summary_text(summary)`` appended, then the kept contents (a user turn first
     where Gemini needs one; a pending call kept, a response posted back shown with its call). The session's
-    events are never changed; the session state (:meth:`state_key`) changes only at a fold."""
+    events are never changed; the session state (:meth:`state_key`) changes only at a fold. The default
+    ``clock`` is the newest session event's ``timestamp``."""
 
     def __init__(
         self,
@@ -164,6 +162,7 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
         summary_text: Optional[Callable[[str], str]] = None,
         name: str = "rollmem",
     ) -> None:
+        clock = clock or stamp_clock  # the session's events are stamped
         self._setup(max_tokens, summarize_fn, token_counter, target_tokens, provider, clock, prefix_tokens)
         v.check_callable("summary_text", summary_text, optional=True)
         super().__init__(name=v.check_str("name", name, allow_empty=False))
@@ -188,6 +187,7 @@ class RollingMemoryPlugin(Configured, _BasePlugin):  # type: ignore[misc]
         data = _read(callback_context.state, key)
         session = getattr(callback_context, "session", None)
         where = (key,) if session is None else (session.app_name, session.user_id, session.id, key)
+        stamp(session.events[-1].timestamp if session is not None and session.events else None)
         track = self._lives.take(where)
         try:
             if track is not None and track.written == data and _follows(track, contents):

@@ -88,10 +88,8 @@ class _Messages(Spec[BaseMessage]):
         self.pin = pin
 
     def units(self, natives: Sequence[BaseMessage], track: Track[BaseMessage]) -> list[Message]:
-        out, pin = self.messages(natives), self.pin
-        return (
-            out if pin is None else [replace(m, pinned=True) if pin(n) else m for m, n in zip(out, natives)]
-        )
+        ms, pin = self.messages(natives), self.pin
+        return ms if pin is None else [replace(m, pinned=True) if pin(n) else m for m, n in zip(ms, natives)]
 
     def messages(self, natives: Sequence[BaseMessage]) -> list[Message]:
         for index, native in enumerate(natives):

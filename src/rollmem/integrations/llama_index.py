@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 from .. import AsyncSummaryMemory, MemoryStats, Message, ToolCall
 from .. import _validate as v
@@ -144,9 +144,7 @@ def _build_block_class() -> type:
         (by ``token_counter``). Save with :meth:`to_dict`, restore with :meth:`from_dict`."""
 
         name: str = Field(default="summary", description="The name of the memory block.")
-        summarize_fn: Any = Field(
-            exclude=True, description="summarize_fn(summary, evicted) -> str, sync or async."
-        )
+        summarize_fn: Any = Field(exclude=True, description="summarize_fn(summary, evicted), sync or async.")
         token_counter: Any = Field(default=None, exclude=True, description="Counts tokens when truncating.")
         on_error: Any = Field(default=None, exclude=True, description="Called with a summarizer error.")
         _memory: Any = PrivateAttr(default=None)
@@ -183,8 +181,7 @@ def _build_block_class() -> type:
 
         def stats(self) -> MemoryStats:
             """Folds, summarizer calls, failed folds and messages summarized so far."""
-            stats: MemoryStats = self._memory.stats()
-            return stats
+            return cast(MemoryStats, self._memory.stats())
 
         async def afold(self) -> None:
             """Fold the pending messages now; a summarizer error propagates (they stay pending)."""

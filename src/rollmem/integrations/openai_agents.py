@@ -212,14 +212,9 @@ class RollingSession(Configured):
         if any(map(_is_ours, batch)):
             batch = [item for item in batch if not _is_ours(item)]
             messages = from_openai_responses(batch)
-        if messages:
-
-            def add(memory: AsyncRollingMemory) -> Awaitable[Optional[Exception]]:
-                return _add(memory, messages, batch)
-
-            error = await self._update(add)
-            if error is not None:
-                raise error
+        error = await self._update(lambda memory: _add(memory, messages, batch)) if messages else None
+        if error is not None:
+            raise error
 
     async def pop_item(self) -> Optional[dict[str, Any]]:
         """Remove and return the newest item (exactly that one, as the SDK's own sessions do);

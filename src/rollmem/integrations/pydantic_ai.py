@@ -13,7 +13,7 @@ import importlib
 import json
 from collections.abc import Awaitable, Sequence
 from itertools import takewhile
-from typing import Any, Optional, Union, cast
+from typing import Any, Callable, Optional, Union, cast
 
 from .. import _validate as v
 from .._extras import import_extra
@@ -22,7 +22,7 @@ from ..memory import AsyncSummarizeFn, SummarizeFn, TokenCounter
 from ..message import ASSISTANT, SYSTEM, TOOL, USER, Message, ToolCall
 from ..sessions import AsyncSessions
 from ..stores import AsyncLogStore, LogStore, MemoryStore
-from ._engine import DEFAULT_MAX_TOKENS, Clock, Configured, Lives, Provider, new_memory, unit_of
+from ._engine import DEFAULT_MAX_TOKENS, Configured, Lives, Provider, new_memory, stamp, stamp_clock, unit_of
 from ._state import take_units
 
 __all__ = ["STATE_PREFIX", "RollingHistory", "find_summary", "rolling_history"]
@@ -203,7 +203,7 @@ class RollingHistory(Configured):
     ``ctx.conversation_id``, else by the key in our summary part, else by their opening message."""
 
     def __init__(self, store: Union[LogStore, AsyncLogStore, None] = None, **settings: Any) -> None:
-        self._setup(**settings)
+        self._setup(**{**settings, "clock": settings.get("clock") or stamp_clock})
         self._pai = import_extra(
             "pydantic_ai.messages", package="pydantic-ai-slim", extra="pydantic-ai", feature=__name__
         )
@@ -229,6 +229,9 @@ class RollingHistory(Configured):
         """The history for the next model request: the summary, then the newest messages in budget."""
         if not isinstance(messages, list):
             raise v.type_error("messages", "a list of ModelMessage", messages)
+        newest = messages[-1] if messages else None
+        stamps = [getattr(x, "timestamp", None) for x in (newest, *getattr(newest, "parts", ()))]
+        stamp(max((s.timestamp() for s in stamps if isinstance(s, datetime.datetime)), default=None))
         conversation_id = getattr(ctx, "conversation_id", None)
         ctx_key = conversation_id if isinstance(conversation_id, str) and conversation_id else None
         key = ctx_key or (self._firsts.take(id(messages[0])) if messages else None)
@@ -332,14 +335,14 @@ def rolling_history(
     *,
     target_tokens: Optional[int] = None,
     provider: Provider = None,
-    clock: Optional[Clock] = None,
+    clock: Optional[Callable[[], float]] = None,
     prefix_tokens: int = 0,
     store: Union[LogStore, AsyncLogStore, None] = None,
 ) -> RollingHistory:
     """A pydantic-ai history processor: the running summary, then the newest messages within ``max_tokens``,
-    folding as :meth:`rollmem.AsyncRollingMemory.cached` does (told ``provider``, ``clock``,
-    ``prefix_tokens``; an explicit ``target_tokens`` folds plainly down to it). ``summarize_fn(summary,
-    evicted)`` (sync or async) receives rollmem messages (none: evicted ones are dropped); ``token_counter``
-    counts a text (default: words); ``store`` keeps each conversation's state (default: an in-process
-    :class:`~rollmem.stores.MemoryStore`)."""
+    folding as :meth:`rollmem.AsyncRollingMemory.cached` does (told ``provider``, ``clock`` (default: the
+    newest message's ``timestamp``), ``prefix_tokens``; an explicit ``target_tokens`` folds plainly down to
+    it). ``summarize_fn(summary, evicted)`` (sync or async) receives rollmem messages (none: evicted ones are
+    dropped); ``token_counter`` counts a text (default: words); ``store`` keeps each conversation's state
+    (default: an in-process :class:`~rollmem.stores.MemoryStore`)."""
     return RollingHistory(**locals())  # every argument above, by name
