@@ -200,6 +200,26 @@ class Recommended(Rollmem):
         )
 
 
+class Batched(Recommended):
+    """The recommended configuration fed as the integrations that hook the model call are fed: the
+    messages since the last call in one ``extend`` before it (at most one fold per call, the whole
+    batch in view), instead of each message as it happens."""
+
+    def __init__(self, budget: int, count: Counter, summarizer: Summarizer, profile: Profile) -> None:
+        super().__init__(budget, count, summarizer, profile)
+        self.pending: list[Message] = []
+
+    def add(self, message: Message, now: float) -> None:
+        self.now = now
+        self.pending.append(message)
+
+    def request(self, now: float) -> list[Block]:
+        self.now = now
+        batch, self.pending = self.pending, []
+        self.memory.extend(batch)
+        return super().request(now)
+
+
 def told_cache(driver: Driver, profile: Profile, prefix: bool = True) -> dict[str, Any]:
     """What a row at the recommended settings is told: the profile's cache rules, the
     conversation's clock (the second of the call being driven) and the system prompt's size
@@ -798,6 +818,10 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
         "rollmem RollingMemory.cached(provider, clock) + cached_summarizer (recommended)",
         lambda b, c, s, p: Recommended(b, c, s, p),
     ),
+    "recommended_batched": (
+        "the recommended configuration, fed each call's new messages at once (as hooks are)",
+        lambda b, c, s, p: Batched(b, c, s, p),
+    ),
     "cached_target": (
         "rollmem target_tokens=cached_target (0.7.0-dev) + cached_summarizer",
         lambda b, c, s, p: Rollmem(b, c, s, cached_target(b), True),
@@ -858,7 +882,8 @@ MEMORIES: dict[str, tuple[str, Factory]] = {
 DOCS_PEERS = ("lc_summarization", "llamaindex", "lc_classic")  # summarizing peers at the docs' settings
 PEERS = (*DOCS_PEERS, "lc_tuned", "keep_last", "keep_last_hyst", "none")
 INTEGRATIONS = ("middleware", "agents_session", "pydantic_ai", "google_adk", "agent_framework", "strands")
-TOLD = ("recommended", *INTEGRATIONS, "pydantic_ai_system")  # told the profile as the recommended row
+# told the profile as the recommended row
+TOLD = ("recommended", "recommended_batched", *INTEGRATIONS, "pydantic_ai_system")
 PER_PROFILE = (*TOLD, "lc_tuned", "keep_last_hyst")  # their requests depend on the profile
 GOAL_ROWS = ("recommended", *INTEGRATIONS)
 """The rows held to the goal: the recommended configuration and every integration at its defaults

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import re
 import time
+from collections.abc import Awaitable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
@@ -168,6 +169,20 @@ def test_a_conversation_manager_folds_early_on_a_cold_cache(recorder: Any) -> No
 
 # -- where the framework stamps its messages, their timestamps are the default clock ---------------
 
+START = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)  # long ago: the process clock plays no part
+Say = Callable[[str, int, float], Awaitable[Any]]
+
+
+async def converse(say: Say, recorder: Any, idle: int) -> Any:
+    """Nine exchanges (1,800 tokens), a question every 30 seconds answered 5 seconds later, then a
+    question ``idle`` seconds after the last answer; ``say(role, n, seconds after START)`` adds a
+    message (and, for a user's, runs the integration before the model call). Returns the last."""
+    for n in range(9):
+        await say("user", n, 30 * n)
+        await say("assistant", n, 30 * n + 5)
+    assert recorder.calls == []
+    return await say("user", 9, 30 * 8 + 5 + idle)
+
 
 @pytest.mark.parametrize(("idle", "folds"), [(200, 0), (400, 1)])
 async def test_pydantic_ai_tells_a_cold_cache_by_the_messages_timestamps(
@@ -179,18 +194,17 @@ async def test_pydantic_ai_tells_a_cold_cache_by_the_messages_timestamps(
     from rollmem.integrations.pydantic_ai import rolling_history
 
     processor = rolling_history(summarize_fn=recorder, **COLD)  # no clock given
-    start = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)  # long ago: the process clock plays no part
     history: list[Any] = []
-    for n in range(9):  # 1,800 tokens, a question every 30 seconds, answered 5 seconds later
-        asked = start + timedelta(seconds=30 * n)
-        history.append(ModelRequest(parts=[UserPromptPart(text("user", n), timestamp=asked)]))
-        await processor(None, history)  # before the model call, as pydantic-ai calls it
-        answer = TextPart(text("assistant", n))
-        history.append(ModelResponse(parts=[answer], timestamp=asked + timedelta(seconds=5)))
-    assert recorder.calls == []
-    asked = start + timedelta(seconds=30 * 8 + 5 + idle)  # the user comes back after `idle` seconds
-    history.append(ModelRequest(parts=[UserPromptPart(text("user", 9), timestamp=asked)]))
-    sent = await processor(None, history)
+
+    async def say(role: str, n: int, seconds: float) -> Any:
+        at = START + timedelta(seconds=seconds)
+        if role == "assistant":
+            history.append(ModelResponse(parts=[TextPart(text(role, n))], timestamp=at))
+            return None
+        history.append(ModelRequest(parts=[UserPromptPart(text(role, n), timestamp=at)]))
+        return await processor(None, history)  # before the model call, as pydantic-ai calls it
+
+    sent = await converse(say, recorder, idle)
     assert len(recorder.calls) == folds  # 205 s: still warm; 405 s: cold, and 1,900 tokens is over 4/5
     assert len(sent) == (len(history) if not folds else 10)  # the summary, then 9 messages (900 tokens)
 
@@ -216,21 +230,18 @@ async def test_google_adk_tells_a_cold_cache_by_the_session_events_timestamps(
     context = InvocationContext(
         session_service=InMemorySessionService(), invocation_id="i", agent=agent, session=session
     )
-    start = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc).timestamp()
 
-    async def say(role: str, n: int, at: float) -> Any:
-        content = types.Content(role=role, parts=[types.Part(text=text(role, n))])
-        session.events.append(Event(author=role, content=content, timestamp=at))
-        if role == "model":
+    async def say(role: str, n: int, seconds: float) -> Any:
+        content = types.Content(
+            role="model" if role == "assistant" else role, parts=[types.Part(text=text(role, n))]
+        )
+        session.events.append(Event(author=role, content=content, timestamp=START.timestamp() + seconds))
+        if role == "assistant":
             return None
         request = LlmRequest(contents=[event.content.model_copy() for event in session.events])
         await plugin.before_model_callback(callback_context=CallbackContext(context), llm_request=request)
         return request
 
-    for n in range(9):  # 1,800 tokens, a question every 30 seconds, answered 5 seconds later
-        await say("user", n, start + 30 * n)
-        await say("model", n, start + 30 * n + 5)
-    assert recorder.calls == []
-    request = await say("user", 9, start + 30 * 8 + 5 + idle)  # back after `idle` seconds
+    request = await converse(say, recorder, idle)
     assert len(recorder.calls) == folds
     assert len(request.contents) == (19 if not folds else 9)  # the newest 900 tokens after a fold
