@@ -296,7 +296,8 @@ def _at_state_index(error: InvalidStateError, indices: list[int]) -> InvalidStat
     path = error.path
     if path.startswith("messages["):
         close = path.index("]")
-        path = f"messages[{indices[int(path[len('messages[') : close])]}]{path[close + 1 :]}"
+        position = int(path[len("messages[") : close])
+        path = f"messages[{indices[position]}]{path[close + 1 :]}"
     return type(error)(path, error.problem)
 
 
