@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import pytest
 from tests._optional import need
+from tests.memory.test_policies import BAD_CACHE_SETTINGS
 
 from rollmem import AsyncRollingMemory, Message, RollingMemory
 from rollmem.integrations._engine import new_memory, stamp_clock
@@ -94,15 +95,7 @@ async def test_provider_and_clock_decide_the_fold(build: Build, recorder: Any) -
 
 
 @pytest.mark.parametrize("build", INTEGRATIONS)
-@pytest.mark.parametrize(
-    ("settings", "error", "message"),
-    [
-        ({"provider": "anthropic-9h"}, ValueError, "provider must be one of ['anthropic', "),
-        ({"provider": 3}, TypeError, "provider: expected a CacheProfile, a name or None, got int"),
-        ({"clock": 3}, TypeError, "clock: expected a callable"),
-        ({"prefix_tokens": -1}, ValueError, "prefix_tokens must be >= 0, got -1"),
-    ],
-)
+@pytest.mark.parametrize(("settings", "error", "message"), BAD_CACHE_SETTINGS)
 def test_bad_settings_raise_when_built(
     build: Build, settings: dict[str, Any], error: type[Exception], message: str
 ) -> None:

@@ -324,16 +324,18 @@ def test_max_tokens_wins_over_the_floor(recorder: Any) -> None:
     assert len(recorder.calls) == 1
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "error", "message"),
-    [
-        ({"provider": "anthropic-9h"}, ValueError, "provider must be one of ['anthropic', "),
-        ({"provider": 3}, TypeError, "provider: expected a CacheProfile, a name or None, got int"),
-        ({"clock": 3}, TypeError, "clock"),
-        ({"prefix_tokens": -1}, ValueError, "prefix_tokens must be >= 0, got -1"),
-        ({"prefix_tokens": 1.5}, TypeError, "prefix_tokens: expected int, got float"),
-    ],
-)
+BAD_CACHE_SETTINGS = [
+    ({"provider": "anthropic-9h"}, ValueError, "provider must be one of ['anthropic', "),
+    ({"provider": 3}, TypeError, "provider: expected a CacheProfile, a name or None, got int"),
+    ({"clock": 3}, TypeError, "clock: expected a callable"),
+    ({"prefix_tokens": -1}, ValueError, "prefix_tokens must be >= 0, got -1"),
+    ({"prefix_tokens": 1.5}, TypeError, "prefix_tokens: expected int, got float"),
+]
+"""Bad ``provider``/``clock``/``prefix_tokens`` and the error each raises, wherever they are taken
+(``RollingMemory.cached`` here, every integration in ``tests/integrations/test_defaults.py``)."""
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), BAD_CACHE_SETTINGS)
 def test_cached_checks_its_arguments(kwargs: dict[str, Any], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=f"^{re.escape(message)}"):
         RollingMemory.cached(2000, **kwargs)
